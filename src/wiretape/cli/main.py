@@ -1,0 +1,333 @@
+"""The command line: parsing, and printing what the other parts return.
+
+Every user error is one line on stderr and exit status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from wiretape import __version__
+from wiretape.cli import render
+from wiretape.errors import UsageError, WiretapeError
+from wiretape.launch.origins import parse_pairs
+from wiretape.playback.decide import Mode, Substitution
+from wiretape.playback.pacing import Pace
+from wiretape.playback.verdict import EXIT_USAGE
+from wiretape.proxy.http1 import DEFAULT_MAX_BODY
+from wiretape.store.locate import resolve_run, runs_dir
+from wiretape.store.runfile import RunFile
+
+T = TypeVar("T")
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _fail(exc: WiretapeError) -> None:
+    _say(f"wiretape: error: {exc}")
+    sys.exit(exc.exit_code)
+
+
+def _run(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except WiretapeError as exc:
+        _fail(exc)
+        raise AssertionError("unreachable") from exc
+
+
+def _ports(values: Sequence[str]) -> list[tuple[str | None, int]]:
+    out: list[tuple[str | None, int]] = []
+    for value in values:
+        name, _, num = value.rpartition("=")
+        if not num.isdigit() or not 0 <= int(num) <= 65535:
+            raise UsageError(f"invalid --port {value!r}: expected N or NAME=N with 0 <= N <= 65535")
+        out.append((name or None, int(num)))
+    return out
+
+
+def _substitutions(values: Sequence[str]) -> tuple[Substitution, ...]:
+    return tuple(Substitution(o.encode(), n.encode()) for o, n in parse_pairs(values, "--substitute"))
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except WiretapeError as exc:
+            _fail(exc)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="wiretape")
+def cli() -> None:
+    """Record an AI agent's provider traffic and replay it offline.
+
+    \b
+    wiretape record -- python agent.py          record a run
+    wiretape replay run_0123456789ab            replay it with the provider gone
+    wiretape ls                                 list runs
+    """
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Run file to write (default .wiretape/runs/<run-id>.wtape).")
+@click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
+              help="Origin to forward NAME to, e.g. openai=https://api.openai.com/v1. Repeatable.")
+@click.option("--port", "ports", multiple=True, metavar="[NAME=]N",
+              help="Fixed proxy port for an origin (default: the first --upstream, else openai).")
+@click.option("--max-body", type=int, default=DEFAULT_MAX_BODY, show_default=True,
+              help="Largest request body accepted, in bytes; larger gets 413.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...], max_body: int,
+           command: tuple[str, ...]) -> None:
+    """Run COMMAND with its provider base URLs pointed at a recording proxy.
+
+    \b
+    Example:
+      wiretape record -- python -m wiretape.examples.tool_agent "What is in notes.txt?"
+      wiretape record --upstream custom=http://127.0.0.1:9000/v1 --port 8089 -- nanobot agent -m hi
+    """
+    from wiretape.launch.record import record as do_record
+
+    result = asyncio.run(do_record(list(command), out=out, upstreams=parse_pairs(upstreams, "--upstream"),
+                                   ports=_ports(ports), max_body=max_body))
+    for line in render.record_summary(result):
+        _say(line)
+    sys.exit(result.exit_status if result.exit_status is not None else 0)
+
+
+def _mode(strict: bool, diagnostic: bool) -> Mode:
+    if strict and diagnostic:
+        raise UsageError("--strict and --diagnostic exclude each other")
+    return Mode.DIAGNOSTIC if diagnostic else Mode.STRICT
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("run")
+@click.option("--strict", is_flag=True, help="Stop at the first mismatch (default).")
+@click.option("--diagnostic", is_flag=True, help="Go on past mismatches, labelling each.")
+@click.option("--pace", type=click.Choice(["fast", "recorded"]), default="fast", show_default=True,
+              help="fast: frames as fast as possible (one write each); recorded: recorded timing.")
+@click.option("--substitute", "substitutes", multiple=True, metavar="OLD=NEW",
+              help="Declared substitution applied to live requests before matching. Repeatable.")
+@click.option("--allow-substitutions", is_flag=True, help="Strict mode accepts substituted requests.")
+@click.option("--port", "ports", multiple=True, metavar="[NAME=]N",
+              help="Proxy port for an origin (default: the recorded port when free).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tuple[str, ...],
+           allow_substitutions: bool, ports: tuple[str, ...], as_json: bool,
+           command: tuple[str, ...]) -> None:
+    """Replay RUN (a run id or file) against COMMAND with no provider.
+
+    Without COMMAND the recorded command runs again in the recorded
+    directory. Exit status: 0 pass, 1 exchanges pass but the outcome
+    differs, 3 exchanges fail, 2 usage or input error.
+
+    \b
+    Example:
+      wiretape replay run_0123456789ab
+      wiretape replay --diagnostic run.wtape -- python agent.py
+    """
+    from wiretape.launch.replay import ReplaySettings, replay as do_replay
+
+    settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace),
+                              substitutions=_substitutions(substitutes),
+                              allow_substitutions=allow_substitutions, ports=tuple(_ports(ports)))
+    path = resolve_run(run)
+    verdict = asyncio.run(do_replay(path, list(command) or None, settings))
+    _say(render.verdict_line(verdict))
+    for line in render.verdict_details(verdict):
+        _say(line)
+    if pace == "fast":
+        _say("wiretape: timing not reproduced (--pace fast): frames written as fast as possible, "
+             "one write per recorded frame")
+    if as_json:
+        click.echo(render.verdict_json(verdict))
+    sys.exit(verdict.exit_code)
+
+
+@cli.command()
+@click.option("--record", "record_mode", is_flag=True, help="Record: forward to --upstream.")
+@click.option("--replay", "replay_run", metavar="RUN", help="Replay RUN.")
+@click.option("--upstream", "upstreams", multiple=True, metavar="[NAME=]URL",
+              help="Origin to record (with --record).")
+@click.option("--port", "ports", multiple=True, metavar="[NAME=]N", help="Port to listen on.")
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Run file to write.")
+@click.option("--strict", is_flag=True)
+@click.option("--diagnostic", is_flag=True)
+@click.option("--pace", type=click.Choice(["fast", "recorded"]), default="fast")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
+def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
+          out: Path | None, strict: bool, diagnostic: bool, pace: str, as_json: bool) -> None:
+    """Attach: listen until SIGINT/SIGTERM for an agent configured to call
+    the printed URL (for agents that read their origin from a config file).
+
+    \b
+    Example:
+      wiretape serve --record --upstream https://api.openai.com/v1 --port 8089
+      wiretape serve --replay run_0123456789ab
+    """
+    if record_mode == bool(replay_run):
+        raise UsageError("give exactly one of --record or --replay RUN")
+    stop = asyncio.Event()
+
+    def announce(origins: Sequence[Any]) -> None:
+        from wiretape.launch.origins import proxy_url
+
+        for o in origins:
+            click.echo(f"{o.name}: {proxy_url(o.upstream, o.port)}")
+        sys.stdout.flush()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+
+    if record_mode:
+        from wiretape.launch.record import record as do_record
+
+        if not upstreams:
+            raise UsageError("serve --record needs --upstream URL (where to forward)")
+        pairs = [(u.split("=", 1)[0], u.split("=", 1)[1]) if "=" in u.split("://", 1)[0] else ("upstream", u)
+                 for u in upstreams]
+        result = asyncio.run(do_record(None, out=out, upstreams=pairs, ports=_ports(ports),
+                                       on_listening=announce, until=stop))
+        for line in render.record_summary(result):
+            _say(line)
+        sys.exit(0)
+    from wiretape.launch.replay import ReplaySettings, replay as do_replay
+
+    assert replay_run is not None
+    settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace), ports=tuple(_ports(ports)))
+    verdict = asyncio.run(do_replay(resolve_run(replay_run), None, settings,
+                                    on_listening=announce, until=stop))
+    _say(render.verdict_line(verdict))
+    for line in render.verdict_details(verdict):
+        _say(line)
+    if as_json:
+        click.echo(render.verdict_json(verdict))
+    sys.exit(verdict.exit_code)
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--replay", "replay_id", help="A replay id (default: the latest).")
+@click.option("--json", "as_json", is_flag=True)
+def verdict(run: str, replay_id: str | None, as_json: bool) -> None:
+    """Print the verdict of RUN's latest replay (also of a killed replay).
+
+    \b
+    Example:
+      wiretape verdict run_0123456789ab --json
+    """
+    from wiretape.launch.replay import verdict_of
+
+    with RunFile.open(resolve_run(run)) as rf:
+        v = verdict_of(rf, replay_id)
+    if v is None:
+        raise UsageError(f"run {run} has no replay{' ' + replay_id if replay_id else ''} yet: "
+                         "run `wiretape replay` first")
+    if as_json:
+        click.echo(render.verdict_json(v))
+    else:
+        click.echo(render.verdict_line(v))
+        for line in render.verdict_details(v):
+            click.echo(line)
+    sys.exit(v.exit_code)
+
+
+@cli.command(name="ls")
+@click.option("--json", "as_json", is_flag=True)
+def ls_runs(as_json: bool) -> None:
+    """List the runs under .wiretape/runs (id, when, command, exchanges, last verdict).
+
+    \b
+    Example:
+      wiretape ls
+    """
+    from wiretape.launch.replay import verdict_of
+
+    rows, data = [], []
+    for path in sorted(runs_dir().glob("*.wtape")):
+        try:
+            with RunFile.open(path) as rf:
+                info, count, v = rf.info(), rf.exchange_count(), verdict_of(rf)
+        except WiretapeError as exc:
+            _say(f"wiretape: skipping {path}: {exc}")
+            continue
+        last = "-" if v is None else ("pass" if v.passed else "fail")
+        rows.append([info.run_id, render.when(info.started_at_ns),
+                     " ".join(info.argv)[:40] or "(serve)", str(count), last])
+        data.append({"run_id": info.run_id, "path": str(path), "started_at_ns": info.started_at_ns,
+                     "argv": list(info.argv), "exchanges": count, "last_verdict": last})
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    elif not rows:
+        click.echo(f"no runs under {runs_dir()}")
+    else:
+        for line in render.table(rows, ["run", "when", "command", "exchanges", "last verdict"]):
+            click.echo(line)
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True)
+def show(run: str, as_json: bool) -> None:
+    """Show RUN's exchanges as a table.
+
+    \b
+    Example:
+      wiretape show run_0123456789ab
+    """
+    path = resolve_run(run)
+    with RunFile.open(path) as rf:
+        info, exchanges = rf.info(), rf.exchanges()
+    if as_json:
+        click.echo(json.dumps(render.show_json(info, exchanges), indent=2))
+        return
+    for line in render.run_heading(info, str(path)):
+        click.echo(line)
+    for line in render.table(render.show_rows(exchanges), render.SHOW_HEADER):
+        click.echo(line)
+
+
+@cli.command()
+@click.option("--keep-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to put the demo run (default .wiretape/runs).")
+def demo(keep_dir: Path | None) -> None:
+    """Record the bundled example agent against the built-in fake provider,
+    stop the provider, replay, and print the verdict. Offline, no key.
+
+    \b
+    Example:
+      wiretape demo
+    """
+    from wiretape.demo import run_demo
+
+    sys.exit(run_demo(keep_dir, _say))
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False, prog_name="wiretape")
+    except click.exceptions.Abort:
+        _say("wiretape: aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        _say(f"wiretape: error: {exc.format_message()} (see wiretape --help)")
+        sys.exit(EXIT_USAGE)
+    except WiretapeError as exc:
+        _fail(exc)
+    except SystemExit:
+        raise

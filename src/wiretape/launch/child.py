@@ -1,0 +1,121 @@
+"""The agent as a child process: started in its own process group, its
+output passed through live and kept, stopped as a group.
+
+Knows nothing of proxies or run files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from wiretape.errors import CommandNotFound
+
+STOP_GRACE_S = 5.0
+
+
+def resolve_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The executable for ``argv[0]``. Raises CommandNotFound."""
+    if not argv:
+        raise CommandNotFound("", "no command given after --")
+    exe = argv[0]
+    if os.sep in exe:
+        path = exe if os.path.isabs(exe) or cwd is None else os.path.join(cwd, exe)
+        if not os.path.isfile(path):
+            raise CommandNotFound(exe, "no such file")
+        if not os.access(path, os.X_OK):
+            raise CommandNotFound(exe, "it is not executable")
+        return path
+    found = shutil.which(exe, path=(env or os.environ).get("PATH"))
+    if found is None:
+        raise CommandNotFound(exe)
+    return found
+
+
+@dataclass
+class ChildResult:
+    exit_status: int
+    stdout: bytes
+    stderr: bytes
+    stopped: str | None = None
+
+
+@dataclass
+class Child:
+    """A running agent process."""
+
+    process: asyncio.subprocess.Process
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
+    stopped: str | None = None
+    _pumps: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    async def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: str | None,
+        env: Mapping[str, str],
+        echo_stdout: BinaryIO | None = None,
+        echo_stderr: BinaryIO | None = None,
+    ) -> Child:
+        """Start ``argv``. Raises CommandNotFound."""
+        exe = resolve_command(argv, cwd, env)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                exe, *argv[1:], cwd=cwd, env=dict(env),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                process_group=0,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            raise CommandNotFound(argv[0], str(exc)) from exc
+        child = cls(process)
+        out = echo_stdout if echo_stdout is not None else sys.stdout.buffer
+        err = echo_stderr if echo_stderr is not None else sys.stderr.buffer
+        assert process.stdout is not None and process.stderr is not None
+        child._pumps = [
+            asyncio.create_task(_pump(process.stdout, out, child.stdout), name="wiretape-child-stdout"),
+            asyncio.create_task(_pump(process.stderr, err, child.stderr), name="wiretape-child-stderr"),
+        ]
+        return child
+
+    async def wait(self) -> ChildResult:
+        status = await self.process.wait()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+        exit_status = status if status >= 0 else 128 - status  # killed by signal N -> 128 + N
+        return ChildResult(exit_status, bytes(self.stdout), bytes(self.stderr), self.stopped)
+
+    def signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
+
+    async def stop(self, reason: str, grace: float = STOP_GRACE_S) -> None:
+        """SIGTERM the child's process group, then SIGKILL after ``grace`` s."""
+        if self.stopped is None:
+            self.stopped = reason
+        if self.process.returncode is not None:
+            return
+        self.signal_group(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.process.wait()), grace)
+        except TimeoutError:
+            self.signal_group(signal.SIGKILL)
+
+
+async def _pump(stream: asyncio.StreamReader, echo: BinaryIO, keep: bytearray) -> None:
+    while True:
+        data = await stream.read(65536)
+        if not data:
+            return
+        keep += data
+        with contextlib.suppress(OSError, ValueError):
+            echo.write(data)
+            echo.flush()

@@ -1,0 +1,120 @@
+"""The table of known origins and the child variables that point at them.
+
+One row per provider origin: its default upstream and every environment
+variable its client libraries read as a base URL. Each row is verified with
+the real client library in tests/e2e/test_origins.py. Keep it the one place
+that knows these names.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from wiretape.errors import InvalidUpstream, UsageError
+from wiretape.proxy.upstream import parse_upstream
+
+
+@dataclass(frozen=True)
+class OriginSpec:
+    name: str
+    default_upstream: str
+    env_vars: tuple[str, ...]
+
+
+KNOWN_ORIGINS: tuple[OriginSpec, ...] = (
+    # openai-python reads OPENAI_BASE_URL; LiteLLM reads OPENAI_API_BASE for
+    # its OpenAI provider (and so do older openai releases and LangChain).
+    OriginSpec("openai", "https://api.openai.com/v1", ("OPENAI_BASE_URL", "OPENAI_API_BASE")),
+    # anthropic-sdk-python reads ANTHROPIC_BASE_URL.
+    OriginSpec("anthropic", "https://api.anthropic.com", ("ANTHROPIC_BASE_URL",)),
+)
+
+
+@dataclass(frozen=True)
+class PlannedOrigin:
+    """An origin to listen for: name, upstream URL, wanted port (0: any)."""
+
+    name: str
+    upstream: str
+    port: int
+    env_vars: tuple[str, ...]
+
+
+def parse_pairs(values: Sequence[str], what: str) -> list[tuple[str, str]]:
+    """``NAME=VALUE`` pairs, in order. Raises UsageError."""
+    pairs = []
+    for value in values:
+        name, eq, rest = value.partition("=")
+        if not eq or not name or not rest:
+            raise UsageError(f"invalid {what} {value!r}: expected NAME=VALUE")
+        pairs.append((name.strip(), rest.strip()))
+    return pairs
+
+
+def plan_origins(
+    upstreams: Sequence[tuple[str, str]],
+    ports: Sequence[tuple[str | None, int]],
+    environ: Mapping[str, str] | None = None,
+) -> list[PlannedOrigin]:
+    """The origins a recording listens for.
+
+    Precedence for each origin's upstream (DESIGN.md): ``--upstream
+    NAME=URL``, else the parent's own value of the origin's variable, else
+    the built-in default. Origins named only by ``--upstream`` are added
+    after the known ones. A port given without a name belongs to the first
+    ``--upstream`` origin, else to ``openai``. Raises InvalidUpstream or
+    UsageError.
+    """
+    env = os.environ if environ is None else environ
+    given = dict(upstreams)
+    if len(given) != len(upstreams):
+        raise UsageError("an origin is named twice in --upstream")
+    planned: list[PlannedOrigin] = []
+    for spec in KNOWN_ORIGINS:
+        inherited = next((env[v] for v in spec.env_vars if env.get(v)), None)
+        url = given.get(spec.name) or inherited or spec.default_upstream
+        planned.append(PlannedOrigin(spec.name, url, 0, spec.env_vars))
+    known = {spec.name for spec in KNOWN_ORIGINS}
+    for name, url in upstreams:
+        if name not in known:
+            planned.append(PlannedOrigin(name, url, 0, ()))
+    for p in planned:
+        try:
+            parse_upstream(p.upstream)
+        except InvalidUpstream as exc:
+            source = "--upstream" if p.name in given else "the environment"
+            raise InvalidUpstream(f"{p.name}={p.upstream}", f"{exc.args[0].split(': ', 1)[-1]} (from {source})") from exc
+    primary = upstreams[0][0] if upstreams else "openai"
+    by_name = {p.name: p for p in planned}
+    for name, port in ports:
+        target = name or primary
+        if target not in by_name:
+            raise UsageError(f"--port names origin {target!r}, which is not being recorded")
+        p = by_name[target]
+        by_name[target] = PlannedOrigin(p.name, p.upstream, port, p.env_vars)
+    return [by_name[p.name] for p in planned]
+
+
+def proxy_url(upstream: str, port: int) -> str:
+    """The URL the child uses for an origin: loopback port plus the
+    upstream's base path, so request targets pass through unchanged."""
+    _, _, base = parse_upstream(upstream)
+    return f"http://127.0.0.1:{port}{base}"
+
+
+def child_environment(
+    origins: Sequence[tuple[str, int, Sequence[str]]], environ: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """The child's environment and the names of the variables set.
+
+    ``origins`` are (upstream, listening port, variables) triples.
+    """
+    env = dict(os.environ if environ is None else environ)
+    names = []
+    for upstream, port, env_vars in origins:
+        for var in env_vars:
+            env[var] = proxy_url(upstream, port)
+            names.append(var)
+    return env, names

@@ -1,0 +1,159 @@
+"""A recording session: listeners for each origin, the agent as a child
+with its base-URL variables pointed at them, and the run file.
+
+Ports are bound and the command resolved before the run file is created, so
+bad input leaves nothing half-made behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from wiretape import __version__
+from wiretape.errors import RunFileError
+from wiretape.launch.child import Child, resolve_command
+from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins, proxy_url
+from wiretape.model import Origin, RunInfo
+from wiretape.proxy.http1 import DEFAULT_MAX_BODY
+from wiretape.proxy.record import Recorder
+from wiretape.proxy.server import Listeners
+from wiretape.proxy.shapes import error_response
+from wiretape.proxy.upstream import parse_upstream
+from wiretape.store.locate import new_run_id, runs_dir
+from wiretape.store.runfile import RunFile
+
+
+@dataclass
+class RecordResult:
+    """What a recording produced. ``duration_s`` in seconds, ``body_bytes``
+    the request and response bodies as they crossed the wire."""
+
+    run_id: str
+    path: Path
+    exchanges: int
+    body_bytes: int
+    duration_s: float
+    exit_status: int | None
+    origins: tuple[Origin, ...]
+    failures: list[str] = field(default_factory=list)
+
+
+def _origin_error_body(path: bytes) -> Callable[[int, str, str], tuple]:  # type: ignore[type-arg]
+    return lambda status, code, message: error_response(path, status, code, message)
+
+
+async def bind_origins(
+    listeners: Listeners, planned: Sequence[PlannedOrigin], recorder_ref: list[Recorder]
+) -> list[Origin]:
+    """Listen for each planned origin; handlers are looked up lazily so the
+    recorder can be created after the ports are known. Raises PortInUse."""
+    origins = []
+    for p in planned:
+        _, _, base = parse_upstream(p.upstream)
+
+        def handler_for(conn_id: int, p: PlannedOrigin = p):  # type: ignore[no-untyped-def]
+            return recorder_ref[0].handler(p.name, p.upstream, conn_id)
+
+        port = await listeners.listen(p.port, handler_for, _origin_error_body(base.encode()))
+        origins.append(Origin(p.name, p.upstream, port, p.env_vars))
+    return origins
+
+
+async def record(
+    argv: Sequence[str] | None,
+    *,
+    out: Path | None = None,
+    upstreams: Sequence[tuple[str, str]] = (),
+    ports: Sequence[tuple[str | None, int]] = (),
+    max_body: int = DEFAULT_MAX_BODY,
+    cwd: str | None = None,
+    echo_stdout: BinaryIO | None = None,
+    echo_stderr: BinaryIO | None = None,
+    on_listening: Callable[[list[Origin]], None] | None = None,
+    until: asyncio.Event | None = None,
+) -> RecordResult:
+    """Record ``argv`` (or, with ``argv`` None, serve until ``until`` is set).
+
+    Returns the RecordResult; the child's exit status is in it. Raises
+    CommandNotFound, PortInUse, InvalidUpstream, UsageError, RunFileError.
+    """
+    cwd = cwd or os.getcwd()
+    planned = plan_origins(upstreams, ports)
+    if argv is not None:
+        resolve_command(argv, cwd)
+    run_id = new_run_id()
+    path = Path(out) if out is not None else runs_dir() / f"{run_id}.wtape"
+    if path.exists():
+        raise RunFileError(path, "it already exists; choose another -o path")
+    listeners = Listeners(max_body=max_body)
+    recorder_ref: list[Recorder] = []
+    try:
+        origins = await bind_origins(listeners, planned, recorder_ref)
+    except BaseException:
+        await listeners.close()
+        raise
+    env, names = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
+    started = time.time_ns()
+    info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=tuple(argv or ()), cwd=cwd,
+                   env_names=tuple(sorted(names)), origins=tuple(origins), started_at_ns=started,
+                   mode="record" if argv is not None else "serve")
+    try:
+        run = RunFile.create(path, info)
+    except BaseException:
+        await listeners.close()
+        raise
+    recorder = Recorder(run)
+    recorder_ref.append(recorder)
+    if on_listening is not None:
+        on_listening(origins)
+    t0 = time.monotonic()
+    exit_status: int | None = None
+    stdout = stderr = b""
+    try:
+        if argv is not None:
+            child = await Child.start(argv, cwd=cwd, env=env, echo_stdout=echo_stdout,
+                                      echo_stderr=echo_stderr)
+            with _forward_signals(child):
+                result = await child.wait()
+            exit_status, stdout, stderr = result.exit_status, result.stdout, result.stderr
+        else:
+            assert until is not None
+            await until.wait()
+    finally:
+        await listeners.close()
+        await recorder.aclose()
+        run.finish(exit_status, stdout, stderr)
+        exchanges, body_bytes = run.exchange_count(), run.body_bytes()
+        run.close(compact=True)
+    return RecordResult(run_id, path, exchanges, body_bytes, time.monotonic() - t0, exit_status,
+                        tuple(origins), recorder.stats.failures)
+
+
+@contextlib.contextmanager
+def _forward_signals(child: Child):  # type: ignore[no-untyped-def]
+    """While the child runs, SIGINT/SIGTERM to wiretape go to its group."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, child.signal_group, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def listening_urls(origins: Sequence[Origin]) -> list[tuple[str, str]]:
+    return [(o.name, proxy_url(o.upstream, o.port)) for o in origins]

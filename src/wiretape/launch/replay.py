@@ -1,0 +1,186 @@
+"""A replay session: the run's origins served from its tape on their
+recorded ports when free, the agent run again, the verdict computed and
+stored. No upstream client exists on this path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from wiretape.errors import UsageError
+from wiretape.launch.child import Child, resolve_command
+from wiretape.launch.origins import child_environment
+from wiretape.launch.record import _forward_signals
+from wiretape.model import Origin
+from wiretape.playback.decide import Mode, Policy, Substitution
+from wiretape.playback.pacing import Pace
+from wiretape.playback.verdict import Verdict, compute
+from wiretape.proxy.http1 import DEFAULT_MAX_BODY
+from wiretape.proxy.replay import Replayer
+from wiretape.proxy.server import Listeners, port_is_free
+from wiretape.proxy.shapes import error_response
+from wiretape.proxy.upstream import parse_upstream
+from wiretape.store.runfile import RunFile
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    mode: Mode = Mode.STRICT
+    pace: Pace = Pace.FAST
+    substitutions: tuple[Substitution, ...] = ()
+    allow_substitutions: bool = False
+    ports: tuple[tuple[str | None, int], ...] = ()
+    max_body: int = DEFAULT_MAX_BODY
+
+
+def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: int | None,
+               stdout: bytes) -> dict[str, Any]:
+    """The outcome part of a verdict: each facet same, differs, or not compared (None)."""
+    if exit_status is None:
+        return {}
+    return {
+        "exit_status": {"same": recorded_exit == exit_status, "recorded": recorded_exit,
+                        "replayed": exit_status},
+        "stdout": {"same": recorded_stdout == stdout, "recorded_bytes": len(recorded_stdout),
+                   "replayed_bytes": len(stdout)},
+        "files": {"same": None, "note": "no snapshot was taken"},
+    }
+
+
+def verdict_of(run: RunFile, replay_id: str | None = None) -> Verdict | None:
+    """The verdict of ``replay_id`` (default: the latest replay), also for a
+    replay whose process was killed (``complete`` is then False)."""
+    replays = run.replays()
+    if not replays:
+        return None
+    chosen = next((r for r in replays if r["id"] == replay_id), None) if replay_id else replays[-1]
+    if chosen is None:
+        return None
+    info = run.info()
+    rows = run.replay_requests(chosen["id"])
+    seqs = [e.seq for e in run.exchanges()]
+    return compute(
+        run_id=info.run_id, replay_id=chosen["id"], mode=chosen["mode"],
+        complete=chosen["ended_at_ns"] is not None, recorded_seqs=seqs, rows=rows,
+        allow_substitutions=bool(chosen["settings"].get("allow_substitutions")),
+        outcome=chosen["outcome"] or {},
+    )
+
+
+def _choose_port(origin: Origin, overrides: dict[str | None, int], primary: str) -> int:
+    if origin.name in overrides:
+        return overrides[origin.name]
+    if None in overrides and origin.name == primary:
+        return overrides[None]
+    return origin.port if origin.port and port_is_free(origin.port) else 0
+
+
+async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer: Replayer,
+                      ports: Sequence[tuple[str | None, int]]) -> list[Origin]:
+    """Listen for each recorded origin. Raises PortInUse for a taken --port."""
+    overrides = dict(ports)
+    primary = origins[0].name if origins else ""
+    bound = []
+    for origin in origins:
+        _, _, base = parse_upstream(origin.upstream)
+        port = await listeners.listen(
+            _choose_port(origin, overrides, primary),
+            lambda conn_id, name=origin.name: replayer.handler(name, conn_id),
+            lambda status, code, message, base=base: error_response(base.encode(), status, code, message),
+        )
+        bound.append(Origin(origin.name, origin.upstream, port, origin.env_vars))
+    return bound
+
+
+async def replay(
+    path: Path,
+    argv: Sequence[str] | None,
+    settings: ReplaySettings,
+    *,
+    echo_stdout: BinaryIO | None = None,
+    echo_stderr: BinaryIO | None = None,
+    on_listening: Callable[[list[Origin]], None] | None = None,
+    on_decision: Callable[[dict[str, Any]], None] | None = None,
+    until: asyncio.Event | None = None,
+) -> Verdict:
+    """Replay the run at ``path`` against ``argv`` (None with ``until``:
+    serve only, until the event is set or a strict stop).
+
+    Raises RunFileError, CommandNotFound, PortInUse, UsageError.
+    """
+    run = RunFile.open(path)
+    try:
+        info = run.info()
+        exchanges = run.exchanges()
+        cwd = info.cwd if argv is None or not argv else os.getcwd()
+        if until is None:
+            command = list(argv) if argv else list(info.argv)
+            if not command:
+                raise UsageError(f"run {info.run_id} was recorded with `serve`, so it has no "
+                                 "command to rerun: give one after --")
+            if not argv and not os.path.isdir(cwd):
+                raise UsageError(f"the recorded working directory {cwd} does not exist: "
+                                 "give the command after -- to run it here")
+            resolve_command(command, cwd)
+        listeners = Listeners(max_body=settings.max_body)
+        stop_event = until or asyncio.Event()
+        child_box: list[Child] = []
+        pending: set[asyncio.Task[None]] = set()
+
+        def on_stop(reason: str) -> None:
+            if child_box:
+                task = asyncio.get_running_loop().create_task(
+                    child_box[0].stop(reason), name="wiretape-stop-child")
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            stop_event.set()
+
+        policy = Policy(mode=settings.mode, substitutions=settings.substitutions,
+                        allow_substitutions=settings.allow_substitutions)
+        replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=on_stop,
+                            on_decision=on_decision)
+        try:
+            origins = await bind_replay(listeners, info.origins, replayer, settings.ports)
+        except BaseException:
+            await listeners.close()
+            raise
+        env, _ = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
+        run.start_replay(replayer.replay_id, settings.mode.value, {
+            "pace": settings.pace.value, "argv": list(argv or info.argv), "cwd": cwd,
+            "allow_substitutions": settings.allow_substitutions,
+            "substitutions": [[s.old.decode("utf-8", "replace"), s.new.decode("utf-8", "replace")]
+                              for s in settings.substitutions],
+            "ports": {o.name: o.port for o in origins},
+        })
+        if on_listening is not None:
+            on_listening(origins)
+        exit_status, stdout, stderr = None, b"", b""
+        try:
+            if until is None:
+                child = await Child.start(command, cwd=cwd, env=env, echo_stdout=echo_stdout,
+                                          echo_stderr=echo_stderr)
+                child_box.append(child)
+                with _forward_signals(child):
+                    result = await child.wait()
+                exit_status, stdout, stderr = result.exit_status, result.stdout, result.stderr
+            else:
+                await stop_event.wait()
+        finally:
+            await listeners.close()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout)
+            if replayer.stopped:
+                outcome["stopped"] = {"same": None, "reason": replayer.stopped}
+            run.finish_replay(replayer.replay_id, exit_status, stdout, stderr, outcome)
+        verdict = verdict_of(run, replayer.replay_id)
+        assert verdict is not None
+        return verdict
+    finally:
+        run.close()
+

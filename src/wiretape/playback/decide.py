@@ -1,0 +1,195 @@
+"""The replay decision: which recorded exchange answers a live request.
+
+Pure: values in, a value out; no sockets, no clock, no disk. The rules are
+DESIGN.md's "Matching and the verdict": among the recorded exchanges not yet
+served on the same method and path, in sequence order, the first equal byte
+for byte is exact; else the first equal after declared substitutions is
+substituted; else the first is diverged; with none left the request is
+missing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from wiretape.model import Headers, Request
+
+#: Headers that decide a match (lower-case); others are only listed.
+DEFAULT_SEMANTIC_HEADERS: tuple[bytes, ...] = (
+    b"content-type",
+    b"anthropic-version",
+    b"anthropic-beta",
+    b"openai-beta",
+)
+
+
+class Kind(enum.StrEnum):
+    EXACT = "exact"
+    SUBSTITUTED = "substituted"
+    DIVERGED = "diverged"
+    MISSING = "missing"
+
+
+class Mode(enum.StrEnum):
+    STRICT = "strict"
+    DIAGNOSTIC = "diagnostic"
+
+
+@dataclass(frozen=True)
+class Substitution:
+    """A declared replacement of literal bytes ``old`` by ``new``, applied to
+    the live request's target and body before comparing."""
+
+    old: bytes
+    new: bytes
+
+
+@dataclass(frozen=True)
+class Policy:
+    mode: Mode = Mode.STRICT
+    semantic_headers: tuple[bytes, ...] = DEFAULT_SEMANTIC_HEADERS
+    substitutions: tuple[Substitution, ...] = ()
+    allow_substitutions: bool = False
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A recorded request still available to be served."""
+
+    seq: int
+    request: Request
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a live request differs from one recorded request.
+
+    ``fields`` names what decided the mismatch (``target``, ``body``,
+    ``header:<name>``); ``header_notes`` lists non-semantic header names
+    whose values differ (informational only).
+    """
+
+    fields: tuple[str, ...] = ()
+    header_notes: tuple[str, ...] = ()
+    body_bytes_differ: int = 0
+    first_body_offset: int | None = None
+
+    @property
+    def equal(self) -> bool:
+        return not self.fields
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with a live request.
+
+    ``serve`` is True when the recorded response of ``seq`` is to be sent;
+    False means reject with an error response. ``stop`` asks the shell to
+    stop the replay (strict mode).
+    """
+
+    kind: Kind
+    seq: int | None
+    serve: bool
+    stop: bool
+    comparison: Comparison = field(default_factory=Comparison)
+    substitutions_fired: tuple[tuple[str, str, int], ...] = ()
+
+
+def _header_map(headers: Headers, names: Sequence[bytes]) -> dict[bytes, list[bytes]]:
+    wanted = set(names)
+    out: dict[bytes, list[bytes]] = {}
+    for k, v in headers:
+        lk = k.lower()
+        if lk in wanted:
+            out.setdefault(lk, []).append(v)
+    return out
+
+
+def _all_header_map(headers: Headers) -> dict[bytes, list[bytes]]:
+    out: dict[bytes, list[bytes]] = {}
+    for k, v in headers:
+        out.setdefault(k.lower(), []).append(v)
+    return out
+
+
+def _body_difference(a: bytes, b: bytes) -> tuple[int, int | None]:
+    """(bytes that differ, first differing offset) by a position-wise count."""
+    if a == b:
+        return 0, None
+    n = min(len(a), len(b))
+    first = next((i for i in range(n) if a[i] != b[i]), n)
+    differ = sum(1 for i in range(first, n) if a[i] != b[i]) + abs(len(a) - len(b))
+    return differ, first
+
+
+def compare(live: Request, recorded: Request, policy: Policy) -> Comparison:
+    """Compare on method, target, body bytes and the semantic headers."""
+    fields: list[str] = []
+    if live.method != recorded.method:
+        fields.append("method")
+    if live.target != recorded.target:
+        fields.append("target")
+    differ, first = 0, None
+    if live.body != recorded.body:
+        fields.append("body")
+        differ, first = _body_difference(recorded.body, live.body)
+    sem_live = _header_map(live.headers, policy.semantic_headers)
+    sem_rec = _header_map(recorded.headers, policy.semantic_headers)
+    for name in policy.semantic_headers:
+        if sem_live.get(name) != sem_rec.get(name):
+            fields.append("header:" + name.decode("latin-1"))
+    all_live, all_rec = _all_header_map(live.headers), _all_header_map(recorded.headers)
+    notes = sorted(
+        name.decode("latin-1")
+        for name in set(all_live) | set(all_rec)
+        if name not in policy.semantic_headers and all_live.get(name) != all_rec.get(name)
+    )
+    return Comparison(tuple(fields), tuple(notes), differ, first)
+
+
+def apply_substitutions(
+    request: Request, substitutions: Sequence[Substitution]
+) -> tuple[Request, tuple[tuple[str, str, int], ...]]:
+    """The request with each substitution applied to target and body, and
+    which fired how often as (old, new, count)."""
+    target, body, fired = request.target, request.body, []
+    for sub in substitutions:
+        count = target.count(sub.old) + body.count(sub.old)
+        if count:
+            target = target.replace(sub.old, sub.new)
+            body = body.replace(sub.old, sub.new)
+            fired.append((sub.old.decode("utf-8", "replace"), sub.new.decode("utf-8", "replace"), count))
+    replaced = Request(request.method, target, request.headers, body, request.http_version)
+    return replaced, tuple(fired)
+
+
+def decide(live: Request, remaining: Sequence[Candidate], policy: Policy) -> Decision:
+    """Decide how to answer ``live`` given the not-yet-served ``remaining``
+    (in sequence order)."""
+    same_route = [c for c in remaining if c.request.method == live.method and c.request.path == live.path]
+    strict = policy.mode is Mode.STRICT
+    if not same_route:
+        return Decision(Kind.MISSING, None, serve=False, stop=strict)
+    for cand in same_route:
+        comparison = compare(live, cand.request, policy)
+        if comparison.equal:
+            return Decision(Kind.EXACT, cand.seq, serve=True, stop=False, comparison=comparison)
+    if policy.substitutions:
+        substituted, fired = apply_substitutions(live, policy.substitutions)
+        if fired:
+            for cand in same_route:
+                comparison = compare(substituted, cand.request, policy)
+                if comparison.equal:
+                    ok = not strict or policy.allow_substitutions
+                    return Decision(
+                        Kind.SUBSTITUTED, cand.seq, serve=ok, stop=not ok,
+                        comparison=compare(live, cand.request, policy), substitutions_fired=fired,
+                    )
+    first = same_route[0]
+    return Decision(
+        Kind.DIVERGED, first.seq, serve=not strict, stop=strict,
+        comparison=compare(live, first.request, policy),
+    )

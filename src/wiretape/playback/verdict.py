@@ -1,0 +1,116 @@
+"""The verdict: the numbers a replay ends in (DESIGN.md, "Matching and the
+verdict"), computed from the per-request outcome rows. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Exit codes of ``wiretape replay`` (DESIGN.md).
+EXIT_PASS = 0
+EXIT_OUTCOME_DIFFERS = 1
+EXIT_USAGE = 2
+EXIT_EXCHANGES_FAIL = 3
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A replay's verdict.
+
+    ``requests`` are the per-request rows in decision order; ``outcome``
+    maps ``exit_status``/``stdout``/``files`` to ``{"same": bool|None, ...}``
+    (None: not compared).
+    """
+
+    run_id: str
+    replay_id: str
+    mode: str
+    complete: bool
+    recorded: int
+    exact: int
+    substituted: int
+    diverged: int
+    missing: int
+    unused: int
+    unused_seqs: tuple[int, ...]
+    allow_substitutions: bool
+    outcome: Mapping[str, Any] = field(default_factory=dict)
+    requests: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def reused(self) -> int:
+        return self.exact + self.substituted + self.diverged
+
+    @property
+    def exchanges_pass(self) -> bool:
+        matched = self.exact + (self.substituted if self.allow_substitutions else 0)
+        return matched == self.recorded and self.missing == 0 and self.diverged == 0 and (
+            self.allow_substitutions or self.substituted == 0
+        )
+
+    @property
+    def outcome_same(self) -> bool:
+        return all(v.get("same") is not False for v in self.outcome.values())
+
+    @property
+    def passed(self) -> bool:
+        return self.complete and self.exchanges_pass and self.outcome_same
+
+    @property
+    def exit_code(self) -> int:
+        if not self.exchanges_pass:
+            return EXIT_EXCHANGES_FAIL
+        return EXIT_PASS if self.outcome_same else EXIT_OUTCOME_DIFFERS
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(
+            reused=self.reused,
+            exchanges_pass=self.exchanges_pass,
+            outcome_same=self.outcome_same,
+            exit_code=self.exit_code,
+            unused_seqs=list(self.unused_seqs),
+            requests=[dict(r) for r in self.requests],
+            outcome=dict(self.outcome),
+        )
+        data["pass"] = self.passed
+        return data
+
+
+def compute(
+    *,
+    run_id: str,
+    replay_id: str,
+    mode: str,
+    complete: bool,
+    recorded_seqs: Sequence[int],
+    rows: Sequence[Mapping[str, Any]],
+    allow_substitutions: bool = False,
+    outcome: Mapping[str, Any] | None = None,
+) -> Verdict:
+    """Count the rows: each row has ``kind`` and ``seq`` (the recorded
+    exchange it consumed, None for missing)."""
+    counts = {"exact": 0, "substituted": 0, "diverged": 0, "missing": 0}
+    used: set[int] = set()
+    for row in rows:
+        counts[row["kind"]] += 1
+        if row.get("seq") is not None:
+            used.add(int(row["seq"]))
+    unused = tuple(s for s in recorded_seqs if s not in used)
+    return Verdict(
+        run_id=run_id,
+        replay_id=replay_id,
+        mode=mode,
+        complete=complete,
+        recorded=len(recorded_seqs),
+        exact=counts["exact"],
+        substituted=counts["substituted"],
+        diverged=counts["diverged"],
+        missing=counts["missing"],
+        unused=len(unused),
+        unused_seqs=unused,
+        allow_substitutions=allow_substitutions,
+        outcome=dict(outcome or {}),
+        requests=tuple(rows),
+    )

@@ -1,0 +1,148 @@
+"""Recording: forward each request to its origin, relay every frame to the
+client as it arrives, and store the exchange (redacted) when it ends.
+
+Owns the per-exchange bookkeeping (sequence numbers, timing, how it ended).
+Knows nothing of the CLI or of replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from wiretape.model import Ending, Exchange, Frame, Request, Response
+from wiretape.proxy import upstream
+from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
+from wiretape.proxy.shapes import error_response
+from wiretape.store.redaction import redact_request, redact_response
+from wiretape.store.runfile import RunFile
+
+
+@dataclass
+class RecordStats:
+    exchanges: int = 0
+    body_bytes: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def unreachable_response(path: bytes, upstream_url: str, reason: str) -> tuple[int, bytes, tuple[tuple[bytes, bytes], ...], bytes]:
+    """The 502 the agent gets when the origin cannot be reached; a replay
+    regenerates it from the stored facts so the agent sees the same."""
+    headers, body = error_response(
+        path, 502, "origin_unreachable", f"wiretape: origin {upstream_url} unreachable: {reason}"
+    )
+    return 502, b"Bad Gateway", headers, body
+
+
+class Recorder:
+    """Records exchanges for a set of origins into one run file."""
+
+    def __init__(self, run: RunFile, *, on_exchange: Callable[[Exchange], None] | None = None) -> None:
+        self._run = run
+        self._seq = itertools.count(0)
+        self._client = upstream.new_client()
+        self._write_lock = asyncio.Lock()
+        self._on_exchange = on_exchange
+        self._pending: set[asyncio.Task[None]] = set()
+        self.stats = RecordStats()
+
+    async def aclose(self) -> None:
+        """Wait for every exchange to be committed, then close the client."""
+        if self._pending:
+            await asyncio.gather(*set(self._pending), return_exceptions=True)
+        await self._client.aclose()
+
+    def handler(self, origin: str, upstream_url: str, connection_id: int) -> Handler:
+        root, host, _ = upstream.parse_upstream(upstream_url)
+
+        async def handle(conn: ClientConnection, request: Request) -> None:
+            await self._forward(conn, request, origin, upstream_url, root, host, connection_id)
+
+        return handle
+
+    async def _forward(
+        self, conn: ClientConnection, request: Request, origin: str, upstream_url: str,
+        root: str, host: str, connection_id: int,
+    ) -> None:
+        seq = next(self._seq)
+        wall, t0 = time.time_ns(), time.monotonic_ns()
+        frames: list[Frame] = []
+        response: Response | None = None
+        ending, error, ttfb = Ending.COMPLETE, None, None
+        try:
+            outgoing = upstream.build_request(root, host, request)
+            origin_resp = await self._client.send(outgoing, stream=True)
+        except (httpx.TimeoutException, httpx.TransportError, httpx.InvalidURL) as exc:
+            ending = Ending.TIMEOUT if isinstance(exc, httpx.TimeoutException) else Ending.ORIGIN_UNREACHABLE
+            error = f"{type(exc).__name__}: {exc}" or type(exc).__name__
+            status, reason, headers, body = unreachable_response(request.path, upstream_url, error)
+            try:
+                await conn.send_head(status, reason, headers)
+                await conn.send_data(body)
+                await conn.end()
+            except ClientGone:
+                pass
+        else:
+            ttfb = time.monotonic_ns() - t0
+            raw_headers = tuple((bytes(k), bytes(v)) for k, v in origin_resp.headers.raw)
+            reason = origin_resp.extensions.get("reason_phrase", b"") or b""
+            version = origin_resp.http_version.removeprefix("HTTP/").encode()
+            client_ok = True
+            try:
+                await conn.send_head(origin_resp.status_code, reason, raw_headers)
+            except ClientGone:
+                client_ok, ending = False, Ending.CLIENT_GONE
+            try:
+                if client_ok:
+                    async for chunk in origin_resp.aiter_raw():
+                        frames.append(Frame(time.monotonic_ns() - t0, chunk))
+                        try:
+                            await conn.send_data(chunk)
+                        except ClientGone:
+                            ending = Ending.CLIENT_GONE
+                            break
+            except httpx.TimeoutException as exc:
+                ending, error = Ending.TIMEOUT, f"{type(exc).__name__}: {exc}"
+            except httpx.TransportError as exc:
+                ending, error = Ending.ORIGIN_RESET, f"{type(exc).__name__}: {exc}"
+            finally:
+                await origin_resp.aclose()
+            response = Response(origin_resp.status_code, reason, raw_headers, tuple(frames), version)
+            if ending is Ending.COMPLETE:
+                try:
+                    await conn.end()
+                except ClientGone:
+                    pass
+            else:
+                await conn.abort()
+        duration = time.monotonic_ns() - t0
+        exchange = Exchange(seq, connection_id, origin, wall, request, response, ending,
+                            ttfb, duration, error)
+        # Stored off the client's path: the next request on this connection
+        # need not wait for the commit.
+        task = asyncio.create_task(self._store(exchange), name=f"wiretape-store-{seq}")
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _store(self, exchange: Exchange) -> None:
+        request, facts = redact_request(exchange.request)
+        response = exchange.response
+        if response is not None:
+            response, more = redact_response(response)
+            facts = facts + more
+        stored = Exchange(exchange.seq, exchange.connection_id, exchange.origin,
+                          exchange.started_at_ns, request, response, exchange.ending,
+                          exchange.ttfb_ns, exchange.duration_ns, exchange.error)
+        async with self._write_lock:
+            await asyncio.to_thread(self._run.write_exchange, stored, facts)
+        self.stats.exchanges += 1
+        self.stats.body_bytes += len(request.body) + (len(response.body) if response else 0)
+        if exchange.ending is not Ending.COMPLETE:
+            self.stats.failures.append(f"#{exchange.seq} {exchange.ending.value}: {exchange.error or ''}")
+        if self._on_exchange is not None:
+            self._on_exchange(stored)

@@ -1,0 +1,178 @@
+"""Replaying: answer each live request from the recording, never from an
+origin. This module imports no upstream client.
+
+Owns the tape (what is left to serve, shared by all origins of a run), the
+replay log rows, and writing a recorded response back frame by frame with
+its recorded framing, cut off where the recording was cut off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from wiretape.model import Ending, Exchange, Request
+from wiretape.playback.decide import Candidate, Decision, Kind, Policy, decide
+from wiretape.playback.pacing import Pace, schedule
+from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
+from wiretape.proxy.record import unreachable_response
+from wiretape.proxy.shapes import error_response
+from wiretape.store.redaction import redact_request
+from wiretape.store.runfile import RunFile
+
+
+def new_replay_id() -> str:
+    return "rpl_" + secrets.token_hex(6)
+
+
+@dataclass
+class Tape:
+    """The recorded exchanges and which of them are still unserved."""
+
+    exchanges: dict[int, Exchange]
+    remaining: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, exchanges: list[Exchange]) -> Tape:
+        return cls({e.seq: e for e in exchanges}, sorted(e.seq for e in exchanges))
+
+    def candidates(self) -> list[Candidate]:
+        return [Candidate(seq, self.exchanges[seq].request) for seq in self.remaining]
+
+    def consume(self, seq: int) -> None:
+        self.remaining.remove(seq)
+
+
+def decision_detail(decision: Decision) -> dict[str, Any]:
+    c = decision.comparison
+    return {
+        "fields": list(c.fields),
+        "header_notes": list(c.header_notes),
+        "body_bytes_differ": c.body_bytes_differ,
+        "first_body_offset": c.first_body_offset,
+        "substitutions": [list(s) for s in decision.substitutions_fired],
+    }
+
+
+class Replayer:
+    """Serves one run's tape to live requests and logs every decision."""
+
+    def __init__(
+        self,
+        run: RunFile,
+        exchanges: list[Exchange],
+        policy: Policy,
+        *,
+        pace: Pace = Pace.FAST,
+        replay_id: str | None = None,
+        on_stop: Callable[[str], None] | None = None,
+        on_decision: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.replay_id = replay_id or new_replay_id()
+        self._run = run
+        self._tape = Tape.of(exchanges)
+        self._policy = policy
+        self._pace = pace
+        self._idx = itertools.count(0)
+        self._lock = asyncio.Lock()
+        self._on_stop = on_stop
+        self._on_decision = on_decision
+        self.stopped: str | None = None
+        self.rows: list[dict[str, Any]] = []
+
+    def handler(self, origin: str, connection_id: int) -> Handler:
+        async def handle(conn: ClientConnection, request: Request) -> None:
+            await self._answer(conn, request)
+
+        return handle
+
+    async def _answer(self, conn: ClientConnection, request: Request) -> None:
+        live, _ = redact_request(request)
+        async with self._lock:
+            if self.stopped is not None:
+                decision = None
+            else:
+                decision = decide(live, self._tape.candidates(), self._policy)
+                if decision.seq is not None:
+                    self._tape.consume(decision.seq)
+                row = {
+                    "index": next(self._idx),
+                    "kind": decision.kind.value,
+                    "seq": decision.seq,
+                    "served": decision.serve,
+                    "method": live.method.decode("latin-1"),
+                    "target": live.target.decode("latin-1"),
+                    "detail": decision_detail(decision),
+                }
+                self.rows.append(row)
+                await asyncio.to_thread(
+                    self._run.add_replay_request, self.replay_id, row["index"], row["kind"],
+                    row["seq"], row["served"], live.method, live.target, row["detail"],
+                )
+                if self._on_decision is not None:
+                    self._on_decision(row)
+        if decision is None:
+            await self._reject(conn, request, "replay_stopped",
+                               f"wiretape: the replay has stopped ({self.stopped}); "
+                               "no further requests are answered")
+            return
+        if decision.serve and decision.seq is not None:
+            await self._serve(conn, self._tape.exchanges[decision.seq])
+        else:
+            await self._reject(conn, request, f"replay_{decision.kind.value}",
+                               _reason(decision, live))
+        if decision.stop:
+            self.stopped = f"{decision.kind.value} request {live.method.decode()} {live.target.decode('latin-1')}"
+            if self._on_stop is not None:
+                self._on_stop(self.stopped)
+
+    async def _reject(self, conn: ClientConnection, request: Request, code: str, message: str) -> None:
+        headers, body = error_response(request.path, 400, code, message)
+        try:
+            await conn.send_head(400, b"Bad Request", headers)
+            await conn.send_data(body)
+            await conn.end()
+        except ClientGone:
+            pass
+
+    async def _serve(self, conn: ClientConnection, exchange: Exchange) -> None:
+        response = exchange.response
+        if response is None:
+            status, reason, headers, body = unreachable_response(
+                exchange.request.path, exchange.origin, exchange.error or exchange.ending.value)
+            await conn.send_head(status, reason, headers)
+            await conn.send_data(body)
+            await conn.end()
+            return
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        head_at, frame_at = schedule(
+            exchange.ttfb_ns, [f.offset_ns for f in response.frames], self._pace)
+        await _sleep_until(loop, start + head_at / 1e9)
+        await conn.send_head(response.status, response.reason, response.headers)
+        for frame, at in zip(response.frames, frame_at, strict=True):
+            await _sleep_until(loop, start + at / 1e9)
+            await conn.send_data(frame.data)
+        if exchange.ending is Ending.COMPLETE:
+            await conn.end()
+        else:
+            await conn.abort()
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
+    delay = when - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def _reason(decision: Decision, live: Request) -> str:
+    route = f"{live.method.decode()} {live.target.decode('latin-1')}"
+    if decision.kind is Kind.MISSING:
+        return f"wiretape replay: no recorded exchange left for {route} (missing)"
+    fields = ", ".join(decision.comparison.fields)
+    return (f"wiretape replay: {route} does not match recorded exchange #{decision.seq} "
+            f"({decision.kind.value}: {fields} differ)")

@@ -1,0 +1,90 @@
+"""Listening sockets: one loopback port per origin, each connection served
+as its own named task. Knows nothing of what the handler does."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+from collections.abc import Callable
+
+from wiretape.errors import PortInUse
+from wiretape.proxy.http1 import DEFAULT_MAX_BODY, ClientConnection, ErrorBody, Handler, plain_error, serve_connection
+
+LOOPBACK = "127.0.0.1"
+
+
+class Listeners:
+    """A set of listening ports and the connection tasks they spawned."""
+
+    def __init__(self, *, max_body: int = DEFAULT_MAX_BODY) -> None:
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ids = itertools.count(1)
+        self.max_body = max_body
+
+    def next_connection_id(self) -> int:
+        return next(self._ids)
+
+    async def listen(
+        self,
+        port: int,
+        handler_for: Callable[[int], Handler],
+        error_body: ErrorBody = plain_error,
+    ) -> int:
+        """Listen on ``LOOPBACK:port`` (0: any free port); return the port.
+
+        ``handler_for(connection_id)`` gives each connection its handler.
+        Raises PortInUse.
+        """
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            conn_id = self.next_connection_id()
+            conn = ClientConnection(reader, writer, max_body=self.max_body, error_body=error_body)
+            task = asyncio.current_task()
+            if task is not None:
+                task.set_name(f"wiretape-conn-{conn_id}")
+                self._tasks.add(task)  # type: ignore[arg-type]
+            try:
+                await serve_connection(conn, handler_for(conn_id))
+            finally:
+                if task is not None:
+                    self._tasks.discard(task)  # type: ignore[arg-type]
+
+        try:
+            server = await asyncio.start_server(on_connect, LOOPBACK, port, reuse_address=True)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise PortInUse(LOOPBACK, port) from exc
+            raise
+        self._servers.append(server)
+        return int(server.sockets[0].getsockname()[1])
+
+    async def close(self, grace: float = 2.0) -> None:
+        """Stop listening; give open connections ``grace`` seconds, then cancel."""
+        for server in self._servers:
+            server.close()
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        for server in self._servers:
+            try:
+                await asyncio.wait_for(server.wait_closed(), 1.0)
+            except TimeoutError:
+                pass
+
+
+def port_is_free(port: int) -> bool:
+    """Whether LOOPBACK:port can be bound right now."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,56 @@
+"""Error responses in each provider's own shape, so an SDK surfaces
+wiretape's message as an ordinary API error and does not retry.
+
+Shapes: OpenAI (https://platform.openai.com/docs/guides/error-codes),
+Anthropic (https://docs.anthropic.com/en/api/errors), Gemini (google.rpc.Status
+as JSON, https://ai.google.dev/gemini-api/docs/troubleshooting). Every error
+carries ``x-should-retry: false``, which the openai and anthropic SDKs honour
+before any status-based retry rule.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from wiretape.model import Headers
+
+_GRPC_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "UNIMPLEMENTED",
+                413: "INVALID_ARGUMENT", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE",
+                504: "DEADLINE_EXCEEDED"}
+
+
+def _openai(status: int, code: str, message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "wiretape_error", "param": None, "code": code}}
+
+
+def _anthropic(status: int, code: str, message: str) -> dict[str, Any]:
+    kind = "invalid_request_error" if status < 500 else "api_error"
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _gemini(status: int, code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": status, "message": message,
+                      "status": _GRPC_STATUS.get(status, "FAILED_PRECONDITION")}}
+
+
+#: (path test, shape) in order; the first that matches wins.
+SHAPES: tuple[tuple[Callable[[bytes], bool], Callable[[int, str, str], dict[str, Any]]], ...] = (
+    (lambda p: p.rstrip(b"/").endswith(b"/messages") or b"/messages/" in p, _anthropic),
+    (lambda p: b":generateContent" in p or b":streamGenerateContent" in p
+     or b"/v1beta/" in p or b":embedContent" in p or b":batchEmbedContents" in p, _gemini),
+)
+
+
+def error_response(path: bytes, status: int, code: str, message: str) -> tuple[Headers, bytes]:
+    """Headers and JSON body of an error for a request to ``path``."""
+    shape = next((fn for test, fn in SHAPES if test(path)), _openai)
+    body = json.dumps(shape(status, code, message)).encode()
+    headers: Headers = (
+        (b"Content-Type", b"application/json"),
+        (b"Content-Length", str(len(body)).encode()),
+        (b"x-should-retry", b"false"),
+        (b"x-wiretape-error", code.encode()),
+    )
+    return headers, body

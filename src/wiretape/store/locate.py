@@ -1,0 +1,38 @@
+"""Where run files live and how a run id or path is resolved to one."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from pathlib import Path
+
+from wiretape.errors import RunNotFound
+
+DEFAULT_STORE = Path(".wiretape")
+_RUN_ID = re.compile(r"^run_[0-9a-f]{12}$")
+
+
+def new_run_id() -> str:
+    """``run_`` and 12 hex digits (DESIGN.md)."""
+    return "run_" + secrets.token_hex(6)
+
+
+def runs_dir(base: Path | None = None) -> Path:
+    """The default folder of run files: ``$WIRETAPE_HOME`` or ``./.wiretape``, plus ``runs``."""
+    root = Path(os.environ.get("WIRETAPE_HOME", "")) if os.environ.get("WIRETAPE_HOME") else None
+    return (root or (base or Path.cwd()) / DEFAULT_STORE) / "runs"
+
+
+def resolve_run(ref: str, base: Path | None = None) -> Path:
+    """The run file named by ``ref``: a path, or a run id under ``runs_dir()``.
+
+    Raises RunNotFound.
+    """
+    candidate = Path(ref).expanduser()
+    if candidate.is_file():
+        return candidate
+    store = runs_dir(base)
+    if _RUN_ID.match(ref) and (store / f"{ref}.wtape").is_file():
+        return store / f"{ref}.wtape"
+    raise RunNotFound(ref, store)

@@ -1,0 +1,436 @@
+"""Opening, writing and reading run files (DESIGN.md, "The run file").
+
+Owns the mapping between model values and rows. Each exchange is written in
+one transaction when it ends, so a SIGKILL loses at most the exchanges in
+flight. While a run is being written the file is in WAL mode; a clean close
+checkpoints it back into one self-contained file.
+
+A run file is untrusted input: nothing read from it is executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from wiretape.errors import RunFileError
+from wiretape.model import (
+    Ending,
+    Exchange,
+    Frame,
+    Headers,
+    Origin,
+    Redaction,
+    Request,
+    Response,
+    RunInfo,
+)
+from wiretape.store import blobs, schema
+
+
+def _headers_to_json(headers: Headers) -> str:
+    return json.dumps([[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers])
+
+
+def _headers_from_json(text: str) -> Headers:
+    return tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in json.loads(text))
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    db.execute("PRAGMA busy_timeout = 30000")
+    return db
+
+
+class RunFile:
+    """A run file opened for reading and (for the owner) writing.
+
+    Use ``RunFile.create(path, info)`` to start a recording and
+    ``open_run(path)`` for everything else. All methods are safe to call from
+    one thread at a time (a lock serialises them).
+    """
+
+    def __init__(self, path: Path, db: sqlite3.Connection) -> None:
+        self.path = path
+        self._db = db
+        self._lock = threading.RLock()
+        self._cache: dict[str, bytes] = {}
+        self._last_request_blob: str | None = None
+
+    # -- opening -----------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: Path, info: RunInfo) -> RunFile:
+        """Create a new run file at ``path`` (its directory is made).
+
+        Raises RunFileError when the path exists or cannot be written.
+        """
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            os.close(fd)
+            db = _connect(path)
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            schema.create(db)
+        except FileExistsError as exc:
+            raise RunFileError(path, "it already exists; choose another -o path") from exc
+        except (OSError, sqlite3.Error) as exc:
+            raise RunFileError(path, str(exc)) from exc
+        run = cls(path, db)
+        run._write_info(info)
+        return run
+
+    @classmethod
+    def open(cls, path: Path) -> RunFile:
+        """Open an existing run file, migrating it forward if needed.
+
+        Raises RunFileError (or SchemaTooNew) when it cannot be read.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise RunFileError(path, "no such file")
+        try:
+            with open(path, "rb") as fh:
+                magic = fh.read(16)
+            if magic != b"SQLite format 3\x00":
+                raise RunFileError(path, "it is not a wiretape run file (not SQLite)")
+            db = _connect(path)
+            schema.migrate(db, path)
+            db.execute("SELECT count(*) FROM exchanges").fetchone()
+        except RunFileError:
+            raise
+        except (OSError, sqlite3.Error) as exc:
+            raise RunFileError(path, f"{exc}; the file may be damaged") from exc
+        return cls(path, db)
+
+    def close(self, *, compact: bool = False) -> None:
+        """Close; with ``compact`` fold the WAL back so the file stands alone."""
+        with self._lock:
+            if compact:
+                try:
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    self._db.execute("PRAGMA journal_mode = DELETE")
+                except sqlite3.Error:
+                    pass  # another reader holds it; the WAL is folded in on its close
+            self._db.close()
+
+    def __enter__(self) -> RunFile:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- metadata ----------------------------------------------------------
+
+    def _set_meta(self, values: dict[str, Any]) -> None:
+        with self._lock, self._db:
+            for key, value in values.items():
+                self._db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                    (key, json.dumps(value)),
+                )
+
+    def _write_info(self, info: RunInfo) -> None:
+        self._set_meta(
+            {
+                "run_id": info.run_id,
+                "wiretape_version": info.wiretape_version,
+                "argv": list(info.argv),
+                "cwd": info.cwd,
+                "env_names": list(info.env_names),
+                "started_at_ns": info.started_at_ns,
+                "mode": info.mode,
+                "extra": info.extra,
+            }
+        )
+        self.set_origins(info.origins)
+
+    def set_origins(self, origins: Sequence[Origin]) -> None:
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM origins")
+            for o in origins:
+                self._db.execute(
+                    "INSERT INTO origins (name, upstream, port, env_vars) VALUES (?, ?, ?, ?)",
+                    (o.name, o.upstream, o.port, json.dumps(list(o.env_vars))),
+                )
+
+    def set_env_names(self, names: Sequence[str]) -> None:
+        self._set_meta({"env_names": sorted(names)})
+
+    def finish(self, exit_status: int | None, stdout: bytes, stderr: bytes) -> None:
+        """Store the child's exit status and captured output."""
+        self._set_meta(
+            {
+                "ended_at_ns": time.time_ns(),
+                "exit_status": exit_status,
+                "stdout": stdout.decode("latin-1"),
+                "stderr": stderr.decode("latin-1"),
+            }
+        )
+
+    def info(self) -> RunInfo:
+        with self._lock:
+            meta = {k: json.loads(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
+            origins = tuple(
+                Origin(name, upstream, port, tuple(json.loads(env)))
+                for name, upstream, port, env in self._db.execute(
+                    "SELECT name, upstream, port, env_vars FROM origins ORDER BY rowid"
+                )
+            )
+        if "run_id" not in meta:
+            raise RunFileError(self.path, "it has no run metadata")
+        return RunInfo(
+            run_id=meta["run_id"],
+            wiretape_version=meta.get("wiretape_version", "?"),
+            argv=tuple(meta.get("argv", ())),
+            cwd=meta.get("cwd", ""),
+            env_names=tuple(meta.get("env_names", ())),
+            origins=origins,
+            started_at_ns=meta.get("started_at_ns", 0),
+            ended_at_ns=meta.get("ended_at_ns"),
+            exit_status=meta.get("exit_status"),
+            stdout=meta.get("stdout", "").encode("latin-1"),
+            stderr=meta.get("stderr", "").encode("latin-1"),
+            mode=meta.get("mode", "record"),
+            extra=meta.get("extra", {}),
+        )
+
+    # -- exchanges ---------------------------------------------------------
+
+    def write_exchange(self, exchange: Exchange, redactions: Sequence[Redaction] = ()) -> None:
+        """Commit one ended exchange, already redacted, in one transaction."""
+        req, resp = exchange.request, exchange.response
+        with self._lock, self._db:
+            db = self._db
+            req_blob = blobs.put(db, req.body, ref=self._last_request_blob)
+            self._last_request_blob = req_blob
+            resp_blob = blobs.put(db, resp.body) if resp is not None else None
+            db.execute(
+                "INSERT INTO exchanges (seq, connection_id, origin, started_at_ns, method,"
+                " target, http_version, request_headers, request_body, status, reason,"
+                " response_http_version, response_headers, response_body, ending, ttfb_ns,"
+                " duration_ns, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    exchange.seq,
+                    exchange.connection_id,
+                    exchange.origin,
+                    exchange.started_at_ns,
+                    req.method,
+                    req.target,
+                    req.http_version,
+                    _headers_to_json(req.headers),
+                    req_blob,
+                    resp.status if resp else None,
+                    resp.reason if resp else None,
+                    resp.http_version if resp else None,
+                    _headers_to_json(resp.headers) if resp else None,
+                    resp_blob,
+                    exchange.ending.value,
+                    exchange.ttfb_ns,
+                    exchange.duration_ns,
+                    exchange.error,
+                ),
+            )
+            if resp is not None:
+                start = 0
+                for idx, frame in enumerate(resp.frames):
+                    db.execute(
+                        "INSERT INTO frames (seq, idx, offset_ns, start, length)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (exchange.seq, idx, frame.offset_ns, start, len(frame.data)),
+                    )
+                    start += len(frame.data)
+            for r in redactions:
+                db.execute(
+                    "INSERT INTO redactions (seq, location, name, fingerprint) VALUES (?,?,?,?)",
+                    (exchange.seq, r.location, r.name, r.fingerprint),
+                )
+
+    def exchange_count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM exchanges").fetchone()[0])
+
+    def exchanges(self) -> list[Exchange]:
+        """Every recorded exchange, in sequence order."""
+        return list(self.iter_exchanges())
+
+    def iter_exchanges(self) -> Iterator[Exchange]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, connection_id, origin, started_at_ns, method, target, http_version,"
+                " request_headers, request_body, status, reason, response_http_version,"
+                " response_headers, response_body, ending, ttfb_ns, duration_ns, error"
+                " FROM exchanges ORDER BY seq"
+            ).fetchall()
+            frames: dict[int, list[tuple[int, int, int]]] = {}
+            for seq, offset_ns, start, length in self._db.execute(
+                "SELECT seq, offset_ns, start, length FROM frames ORDER BY seq, idx"
+            ):
+                frames.setdefault(seq, []).append((offset_ns, start, length))
+        for row in rows:
+            yield self._exchange_from_row(row, frames.get(row[0], []))
+
+    def _exchange_from_row(self, row: Sequence[Any], frame_rows: list[tuple[int, int, int]]) -> Exchange:
+        (seq, conn, origin, started, method, target, version, req_headers, req_blob, status,
+         reason, resp_version, resp_headers, resp_blob, ending, ttfb, duration, error) = row
+        with self._lock:
+            body = blobs.get(self._db, req_blob, self._cache)
+            response = None
+            if status is not None:
+                resp_body = blobs.get(self._db, resp_blob, self._cache)
+                response = Response(
+                    status=status,
+                    reason=bytes(reason or b""),
+                    headers=_headers_from_json(resp_headers),
+                    frames=tuple(
+                        Frame(offset_ns, resp_body[start : start + length])
+                        for offset_ns, start, length in frame_rows
+                    ),
+                    http_version=bytes(resp_version or b"1.1"),
+                )
+        return Exchange(
+            seq=seq,
+            connection_id=conn,
+            origin=origin,
+            started_at_ns=started,
+            request=Request(
+                method=bytes(method),
+                target=bytes(target),
+                headers=_headers_from_json(req_headers),
+                body=body,
+                http_version=bytes(version),
+            ),
+            response=response,
+            ending=Ending(ending),
+            ttfb_ns=ttfb,
+            duration_ns=duration,
+            error=error,
+        )
+
+    def redactions(self) -> list[tuple[int | None, Redaction]]:
+        with self._lock:
+            return [
+                (seq, Redaction(loc, name, fp))
+                for seq, loc, name, fp in self._db.execute(
+                    "SELECT seq, location, name, fingerprint FROM redactions ORDER BY rowid"
+                )
+            ]
+
+    def stored_bytes(self) -> int:
+        """Bytes of bodies as stored (compressed), for summaries."""
+        with self._lock:
+            row = self._db.execute("SELECT coalesce(sum(length(data)), 0) FROM blobs").fetchone()
+        return int(row[0])
+
+    def body_bytes(self) -> int:
+        """Bytes of request and response bodies as they crossed the wire."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT coalesce(sum(b.size), 0) FROM exchanges e JOIN blobs b"
+                " ON b.hash = e.request_body OR b.hash = e.response_body"
+            ).fetchone()
+        return int(row[0])
+
+    # -- replays -----------------------------------------------------------
+
+    def start_replay(self, replay_id: str, mode: str, settings: dict[str, Any]) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO replays (id, started_at_ns, mode, settings) VALUES (?, ?, ?, ?)",
+                (replay_id, time.time_ns(), mode, json.dumps(settings)),
+            )
+
+    def add_replay_request(
+        self,
+        replay_id: str,
+        idx: int,
+        kind: str,
+        seq: int | None,
+        served: bool,
+        method: bytes,
+        target: bytes,
+        detail: dict[str, Any],
+    ) -> None:
+        """Write one request's outcome as soon as it is decided."""
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO replay_requests (replay_id, idx, kind, seq, served, method, target,"
+                " decided_at_ns, detail) VALUES (?,?,?,?,?,?,?,?,?)",
+                (replay_id, idx, kind, seq, int(served), method, target, time.time_ns(),
+                 json.dumps(detail)),
+            )
+
+    def finish_replay(
+        self,
+        replay_id: str,
+        exit_status: int | None,
+        stdout: bytes,
+        stderr: bytes,
+        outcome: dict[str, Any],
+    ) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "UPDATE replays SET ended_at_ns = ?, exit_status = ?, stdout = ?, stderr = ?,"
+                " outcome = ? WHERE id = ?",
+                (time.time_ns(), exit_status, stdout, stderr, json.dumps(outcome), replay_id),
+            )
+
+    def replays(self) -> list[dict[str, Any]]:
+        """Every replay, oldest first: id, started/ended ns, mode, settings, outcome."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, started_at_ns, ended_at_ns, mode, settings, exit_status, outcome"
+                " FROM replays ORDER BY started_at_ns, rowid"
+            ).fetchall()
+        return [
+            {
+                "id": rid,
+                "started_at_ns": started,
+                "ended_at_ns": ended,
+                "mode": mode,
+                "settings": json.loads(settings),
+                "exit_status": exit_status,
+                "outcome": json.loads(outcome) if outcome else None,
+            }
+            for rid, started, ended, mode, settings, exit_status, outcome in rows
+        ]
+
+    def replay_requests(self, replay_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT idx, kind, seq, served, method, target, decided_at_ns, detail"
+                " FROM replay_requests WHERE replay_id = ? ORDER BY idx",
+                (replay_id,),
+            ).fetchall()
+        return [
+            {
+                "index": idx,
+                "kind": kind,
+                "seq": seq,
+                "served": bool(served),
+                "method": bytes(method).decode("latin-1"),
+                "target": bytes(target).decode("latin-1"),
+                "decided_at_ns": decided,
+                "detail": json.loads(detail),
+            }
+            for idx, kind, seq, served, method, target, decided, detail in rows
+        ]
+
+
+def open_run(path: Path | str) -> RunFile:
+    """Open the run file at ``path``. Raises RunFileError / SchemaTooNew."""
+    return RunFile.open(Path(path))

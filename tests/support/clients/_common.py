@@ -1,0 +1,167 @@
+"""Shared plumbing for the client scripts.
+
+Each script is a tiny "agent": it sends exactly one case's request with a
+real SDK whose base URL comes from the environment, and prints ONE JSON line
+on stdout describing what the SDK observed (text, tool calls, stop reason,
+usage, exception, event count).
+
+Timing goes beside that line: every HTTP attempt is timed by a transport
+wrapper (request start, response head, and each raw body read with its
+length), and each SDK event gets a receive time. All stamps are
+``time.monotonic_ns()`` (CLOCK_MONOTONIC, shared by all processes on the
+machine, so a test can compare them with the upstream's write times).
+
+* ``--timing-file PATH``: timing is written there as JSON and stdout carries
+  only the deterministic observation. Use this under ``wiretape record`` /
+  ``replay``: the printed line is then part of the agent's outcome and must
+  be the same in both.
+* without it, the observation carries a ``timing`` key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def parse_request_file(path: str | os.PathLike) -> tuple[bytes, list[tuple[str, str]], bytes]:
+    """(request line, headers, body) of a raw ``request.http`` file."""
+    raw = Path(path).read_bytes()
+    end = raw.index(b"\r\n\r\n")
+    lines = raw[:end].split(b"\r\n")
+    headers = []
+    for line in lines[1:]:
+        k, _, v = line.partition(b":")
+        headers.append((k.decode("latin-1"), v.strip().decode("latin-1")))
+    rest = raw[end + 4 :]
+    n = next((int(v) for k, v in headers if k.lower() == "content-length"), len(rest))
+    return lines[0], headers, rest[:n]
+
+
+def request_json(path: str | os.PathLike) -> dict[str, Any]:
+    """The JSON body of a request file, keys in their original order."""
+    return json.loads(parse_request_file(path)[2])
+
+
+class Timing:
+    """Collects attempt and event timestamps."""
+
+    def __init__(self) -> None:
+        self.t0_ns = time.monotonic_ns()
+        self.attempts: list[dict[str, Any]] = []
+        self.events_ns: list[int] = []
+        self.event_labels: list[str] = []
+
+    def event(self, label: str = "") -> None:
+        self.events_ns.append(time.monotonic_ns())
+        self.event_labels.append(label)
+
+    def as_dict(self) -> dict[str, Any]:
+        t0 = self.attempts[0]["t_start_ns"] if self.attempts else self.t0_ns
+        return {
+            "t0_ns": t0,
+            "events_ns": self.events_ns,
+            "events_ms": [round((t - t0) / 1e6, 3) for t in self.events_ns],
+            "event_labels": self.event_labels,
+            "attempts": self.attempts,
+        }
+
+
+def timing_transport(mod: Any, timing: Timing, **transport_kwargs: Any) -> Any:
+    """A transport for ``mod`` (``httpx`` or an httpx-compatible fork) that
+    wraps the default one and timestamps each raw body read. It changes no
+    byte of the request or the response."""
+
+    class TimedStream(mod.SyncByteStream):
+        def __init__(self, inner: Any, reads: list) -> None:
+            self._inner = inner
+            self._reads = reads
+
+        def __iter__(self):
+            for chunk in self._inner:
+                self._reads.append([time.monotonic_ns(), len(chunk)])
+                yield chunk
+
+        def close(self) -> None:
+            self._inner.close()
+
+    class TimedTransport(mod.BaseTransport):
+        def __init__(self) -> None:
+            self._inner = mod.HTTPTransport(**transport_kwargs)
+
+        def handle_request(self, request: Any) -> Any:
+            body = request.read()
+            attempt: dict[str, Any] = {
+                "t_start_ns": time.monotonic_ns(),
+                "method": request.method,
+                "url": str(request.url),
+                "body_len": len(body),
+                "body_sha256": hashlib.sha256(body).hexdigest(),
+                "headers": [[k.decode("latin-1"), v.decode("latin-1")]
+                            for k, v in request.headers.raw],
+                "reads": [],
+            }
+            timing.attempts.append(attempt)
+            try:
+                resp = self._inner.handle_request(request)
+            except Exception as e:
+                attempt["error"] = f"{type(e).__name__}: {e}"
+                raise
+            attempt["t_headers_ns"] = time.monotonic_ns()
+            attempt["status"] = resp.status_code
+            resp.stream = TimedStream(resp.stream, attempt["reads"])
+            return resp
+
+        def close(self) -> None:
+            self._inner.close()
+
+    return TimedTransport()
+
+
+def exception_info(e: BaseException | None) -> dict[str, str] | None:
+    if e is None:
+        return None
+    t = type(e)
+    info = {"type": t.__name__, "module": t.__module__.split(".")[0], "message": str(e)}
+    status = getattr(e, "status_code", None)
+    if status is not None:
+        info["status_code"] = status
+    return info
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("case", help="case directory (holds request.http)")
+    p.add_argument("--request", default="request.http",
+                   help="request file inside the case directory (default request.http)")
+    p.add_argument("--timing-file", help="write timing JSON here instead of into stdout")
+    return p
+
+
+def emit(observation: dict[str, Any], timing: Timing, timing_file: str | None) -> None:
+    """Print the one JSON line; write timing aside if asked."""
+    data = timing.as_dict()
+    observation = {"wiretape_client": observation.pop("client"), **observation}
+    observation["attempts"] = len(timing.attempts)
+    if timing_file:
+        Path(timing_file).write_text(json.dumps(data))
+    else:
+        observation["timing"] = data
+    sys.stdout.write(json.dumps(observation, ensure_ascii=False, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def jsonable(value: Any) -> Any:
+    """A pydantic model / object as plain JSON data."""
+    if value is None:
+        return None
+    dump = getattr(value, "model_dump", None)
+    if dump is not None:
+        return dump(mode="json", exclude_unset=True)
+    return value
