@@ -115,14 +115,24 @@ def _all_header_map(headers: Headers) -> dict[bytes, list[bytes]]:
     return out
 
 
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the common prefix, comparing 4 KiB blocks first."""
+    n, i, block = min(len(a), len(b)), 0, 4096
+    while i + block <= n and a[i : i + block] == b[i : i + block]:
+        i += block
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 def _body_difference(a: bytes, b: bytes) -> tuple[int, int | None]:
-    """(bytes that differ, first differing offset) by a position-wise count."""
+    """(bytes that differ, first differing offset): the span between the
+    common prefix and the common suffix, measured in the longer body."""
     if a == b:
         return 0, None
-    n = min(len(a), len(b))
-    first = next((i for i in range(n) if a[i] != b[i]), n)
-    differ = sum(1 for i in range(first, n) if a[i] != b[i]) + abs(len(a) - len(b))
-    return differ, first
+    prefix = _common_prefix(a, b)
+    suffix = _common_prefix(a[prefix:][::-1], b[prefix:][::-1])
+    return max(len(a), len(b)) - prefix - suffix, prefix
 
 
 def compare(live: Request, recorded: Request, policy: Policy) -> Comparison:

@@ -73,10 +73,19 @@ class Timing:
         }
 
 
-def timing_transport(mod: Any, timing: Timing, **transport_kwargs: Any) -> Any:
+def timing_transport(mod: Any, timing: Timing, *, exact_body: bytes | None = None,
+                     **transport_kwargs: Any) -> Any:
     """A transport for ``mod`` (``httpx`` or an httpx-compatible fork) that
     wraps the default one and timestamps each raw body read. It changes no
-    byte of the request or the response."""
+    byte of the response.
+
+    ``exact_body``: the case's recorded request body. SDKs serialise their
+    parameters in their own key order, which differs between SDK versions;
+    to send the case's exact bytes, the body the SDK built is replaced by
+    ``exact_body`` -- only after checking that both parse to the same JSON
+    value (so the request means exactly what the SDK meant to send).
+    Everything else (headers, retries, response handling) stays the SDK's.
+    """
 
     class TimedStream(mod.SyncByteStream):
         def __init__(self, inner: Any, reads: list) -> None:
@@ -97,12 +106,23 @@ def timing_transport(mod: Any, timing: Timing, **transport_kwargs: Any) -> Any:
 
         def handle_request(self, request: Any) -> Any:
             body = request.read()
+            sdk_sha = hashlib.sha256(body).hexdigest()
+            if exact_body is not None and body != exact_body:
+                if json.loads(body) != json.loads(exact_body):
+                    raise SystemExit(
+                        "client: the SDK built a request body that differs in meaning from the "
+                        f"case's request body:\n{body[:2000]!r}\n{exact_body[:2000]!r}")
+                request.headers["Content-Length"] = str(len(exact_body))
+                request.stream = mod.ByteStream(exact_body)
+                request._content = exact_body
+                body = exact_body
             attempt: dict[str, Any] = {
                 "t_start_ns": time.monotonic_ns(),
                 "method": request.method,
                 "url": str(request.url),
                 "body_len": len(body),
                 "body_sha256": hashlib.sha256(body).hexdigest(),
+                "sdk_body_sha256": sdk_sha,
                 "headers": [[k.decode("latin-1"), v.decode("latin-1")]
                             for k, v in request.headers.raw],
                 "reads": [],
@@ -141,7 +161,17 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--request", default="request.http",
                    help="request file inside the case directory (default request.http)")
     p.add_argument("--timing-file", help="write timing JSON here instead of into stdout")
+    p.add_argument("--body", choices=("exact", "sdk"), default="exact",
+                   help="exact: send the request file's body bytes (the SDK's body must mean "
+                        "the same JSON); sdk: send the SDK's own serialisation")
     return p
+
+
+def exact_body(args: argparse.Namespace) -> bytes | None:
+    """The case's body bytes to send, or None to send the SDK's own."""
+    if args.body == "sdk":
+        return None
+    return parse_request_file(os.path.join(args.case, args.request))[2]
 
 
 def emit(observation: dict[str, Any], timing: Timing, timing_file: str | None) -> None:

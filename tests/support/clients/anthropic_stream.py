@@ -13,7 +13,7 @@ import os
 import anthropic
 import httpx
 
-from _common import Timing, base_parser, emit, exception_info, jsonable, request_json, timing_transport
+from _common import Timing, base_parser, exact_body, emit, exception_info, jsonable, request_json, timing_transport
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     timing = Timing()
     client = anthropic.Anthropic(
         api_key=os.environ.get("ANTHROPIC_API_KEY", "sk-ant-test-REDACTED"),
-        http_client=anthropic.DefaultHttpxClient(transport=timing_transport(httpx, timing)),
+        http_client=anthropic.DefaultHttpxClient(transport=timing_transport(httpx, timing, exact_body=exact_body(args))),
     )
     obs = {"client": "anthropic_stream", "text": "", "tool_calls": [], "stop_reason": None,
            "usage": None, "n_events": 0, "event_types": []}

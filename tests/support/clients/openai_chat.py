@@ -11,7 +11,7 @@ import os
 import httpx2
 import openai
 
-from _common import Timing, base_parser, emit, exception_info, jsonable, request_json, timing_transport
+from _common import Timing, base_parser, exact_body, emit, exception_info, jsonable, request_json, timing_transport
 
 
 def main() -> None:
@@ -25,7 +25,7 @@ def main() -> None:
         kwargs["max_retries"] = args.max_retries
     client = openai.OpenAI(
         api_key=os.environ.get("OPENAI_API_KEY", "sk-test-REDACTED"),
-        http_client=openai.DefaultHttpxClient(transport=timing_transport(httpx2, timing)),
+        http_client=openai.DefaultHttpxClient(transport=timing_transport(httpx2, timing, exact_body=exact_body(args))),
         **kwargs,
     )
     obs = {"client": "openai_chat", "text": None, "tool_calls": [], "stop_reason": None,

@@ -12,7 +12,7 @@ import os
 import httpx2
 import openai
 
-from _common import Timing, base_parser, emit, exception_info, jsonable, request_json, timing_transport
+from _common import Timing, base_parser, exact_body, emit, exception_info, jsonable, request_json, timing_transport
 
 
 def main() -> None:
@@ -21,7 +21,7 @@ def main() -> None:
     timing = Timing()
     client = openai.OpenAI(
         api_key=os.environ.get("OPENAI_API_KEY", "sk-test-REDACTED"),
-        http_client=openai.DefaultHttpxClient(transport=timing_transport(httpx2, timing)),
+        http_client=openai.DefaultHttpxClient(transport=timing_transport(httpx2, timing, exact_body=exact_body(args))),
     )
     text: list[str] = []
     calls: dict[int, dict] = {}

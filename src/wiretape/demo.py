@@ -1,0 +1,57 @@
+"""``wiretape demo``: the main job on the built-in example, offline.
+
+Starts the scripted fake provider, records the bundled example agent (the
+real openai SDK in a tool loop), stops the provider, replays the run, and
+reports the verdict and where the run file is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from wiretape.cli import render
+from wiretape.launch.record import record
+from wiretape.launch.replay import ReplaySettings, replay
+from wiretape.store.locate import runs_dir
+from wiretape.testing import FakeProvider, demo_script
+
+QUESTION = "What do the notes in notes.txt add up to?"
+
+
+def run_demo(keep_dir: Path | None, say: Callable[[str], None]) -> int:
+    """Run the demo; return the replay's exit code (0 when it passes)."""
+    t0 = time.monotonic()
+    directory = keep_dir or runs_dir()
+    argv = [sys.executable, "-m", "wiretape.examples.tool_agent", QUESTION]
+    say("wiretape demo: 1/3 recording the example agent against the fake provider")
+    with FakeProvider(demo_script(), port=0) as provider:
+        recorded = asyncio.run(record(
+            argv, out=None if keep_dir is None else directory / "demo.wtape",
+            upstreams=[("openai", provider.url + "/v1")],
+            echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO(),
+        ))
+    for line in render.record_summary(recorded):
+        say(line)
+    say(f"wiretape demo: the agent answered: {recorded_answer(recorded.path)}")
+    say("wiretape demo: 2/3 fake provider stopped; replaying with no provider at all")
+    verdict = asyncio.run(replay(recorded.path, argv, ReplaySettings(),
+                                 echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO()))
+    say("wiretape demo: 3/3 verdict")
+    say(render.verdict_line(verdict))
+    for line in render.verdict_details(verdict):
+        say(line)
+    say(f"wiretape demo: run file {recorded.path} (try `wiretape show {recorded.path}`); "
+        f"{time.monotonic() - t0:.1f} s in all")
+    return verdict.exit_code
+
+
+def recorded_answer(path: Path) -> str:
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(path) as run:
+        return run.info().stdout.decode("utf-8", "replace").strip()

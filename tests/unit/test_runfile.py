@@ -1,0 +1,100 @@
+"""The run file: round trip, content-addressed delta storage, schema
+versions and migrations, damaged input."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from wiretape.errors import RunFileError, SchemaTooNew
+from wiretape.model import Ending, Exchange, Frame, Origin, Request, Response, RunInfo
+from wiretape.store import schema
+from wiretape.store.runfile import RunFile, open_run
+
+INFO = RunInfo(run_id="run_0123456789ab", wiretape_version="t", argv=("a", "b"), cwd="/x",
+               env_names=("OPENAI_BASE_URL",), origins=(Origin("openai", "https://h/v1", 9, ("OPENAI_BASE_URL",)),),
+               started_at_ns=5)
+
+
+def exchange(seq: int, body: bytes, frames: tuple[Frame, ...] = (Frame(10, b"a"), Frame(20, b"bc"))) -> Exchange:
+    return Exchange(seq, 1, "openai", 100 + seq,
+                    Request(b"POST", b"/v1/x", ((b"Content-Type", b"application/json"),), body),
+                    Response(200, b"OK", ((b"X-A", b"1"), (b"x-a", b"2")), frames),
+                    Ending.COMPLETE, 7, 30)
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    run = RunFile.create(tmp_path / "r.wtape", INFO)
+    run.write_exchange(exchange(0, b"{}"))
+    run.write_exchange(Exchange(1, 2, "openai", 1, Request(b"GET", b"/", (), b""), None,
+                                Ending.ORIGIN_UNREACHABLE, None, 4, "refused"))
+    run.finish(3, b"out", b"err")
+    run.close(compact=True)
+    assert not (tmp_path / "r.wtape-wal").exists()
+    with open_run(tmp_path / "r.wtape") as again:
+        info = again.info()
+        assert (info.argv, info.exit_status, info.stdout, info.origins) == (("a", "b"), 3, b"out", INFO.origins)
+        first, second = again.exchanges()
+    assert first == exchange(0, b"{}")
+    assert second.response is None and second.ending is Ending.ORIGIN_UNREACHABLE
+
+
+def test_growing_conversation_costs_about_its_new_bytes(tmp_path: Path) -> None:
+    import os
+
+    run = RunFile.create(tmp_path / "r.wtape", INFO)
+    prefix = os.urandom(40_000).hex().encode()  # incompressible on its own: 80 kB
+    run.write_exchange(exchange(0, prefix))
+    before = run.stored_bytes()
+    run.write_exchange(exchange(1, prefix + b"and one more message"))
+    grown = run.stored_bytes() - before
+    assert before > 40_000
+    assert grown < 500, grown
+    assert run.exchanges()[1].request.body == prefix + b"and one more message"
+    run.close()
+
+
+def test_newer_schema_is_refused_with_both_versions(tmp_path: Path) -> None:
+    RunFile.create(tmp_path / "r.wtape", INFO).close(compact=True)
+    db = sqlite3.connect(tmp_path / "r.wtape")
+    db.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(SchemaTooNew) as err:
+        open_run(tmp_path / "r.wtape")
+    assert f"schema version {schema.SCHEMA_VERSION + 1}" in str(err.value)
+    assert f"up to {schema.SCHEMA_VERSION}" in str(err.value)
+
+
+def test_version_zero_file_with_tables_is_not_a_run(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "other.db")
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    with pytest.raises(RunFileError, match="not a wiretape run"):
+        open_run(tmp_path / "other.db")
+
+
+def test_every_migration_step_reaches_the_current_schema(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "m.db")
+    assert schema.migrate(db, tmp_path / "m.db") == 0
+    assert db.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"meta", "exchanges", "frames", "blobs", "redactions", "replays", "replay_requests"} <= tables
+
+
+@pytest.mark.parametrize("content", [b"", b"not a database at all", b"SQLite format 3\x00" + b"\xff" * 200])
+def test_damaged_files_give_a_clear_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "bad.wtape"
+    path.write_bytes(content)
+    with pytest.raises(RunFileError) as err:
+        open_run(path)
+    assert str(path) in str(err.value)
+
+
+def test_create_refuses_to_overwrite(tmp_path: Path) -> None:
+    (tmp_path / "r.wtape").write_bytes(b"precious")
+    with pytest.raises(RunFileError, match="already exists"):
+        RunFile.create(tmp_path / "r.wtape", INFO)
+    assert (tmp_path / "r.wtape").read_bytes() == b"precious"
