@@ -91,7 +91,11 @@ class Tool:
     run: Callable[[Mapping[str, Any], Path], str]
 
     def schema(self) -> ChatCompletionToolParam:
-        function = {"name": self.name, "description": self.description, "parameters": dict(self.parameters)}
+        function = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
         return {"type": "function", "function": function}  # type: ignore[typeddict-item]
 
 
@@ -103,7 +107,9 @@ TOOLS: dict[str, Tool] = {
             "Read a text file from the workspace.",
             {
                 "type": "object",
-                "properties": {"path": {"type": "string", "description": "relative to the workspace"}},
+                "properties": {
+                    "path": {"type": "string", "description": "relative to the workspace"}
+                },
                 "required": ["path"],
             },
             read_file,
@@ -156,17 +162,26 @@ class _ModelTurn:
     calls: list[_PendingCall] = field(default_factory=list)
 
     def message(self) -> ChatCompletionAssistantMessageParam:
-        message: ChatCompletionAssistantMessageParam = {"role": "assistant", "content": self.text or None}
+        message: ChatCompletionAssistantMessageParam = {
+            "role": "assistant",
+            "content": self.text or None,
+        }
         if self.calls:
             message["tool_calls"] = [_call_param(call) for call in self.calls]
         return message
 
 
 def _call_param(call: _PendingCall) -> ChatCompletionMessageToolCallParam:
-    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
 
 
-def _complete(client: OpenAI, model: str, messages: Sequence[ChatCompletionMessageParam]) -> _ModelTurn:
+def _complete(
+    client: OpenAI, model: str, messages: Sequence[ChatCompletionMessageParam]
+) -> _ModelTurn:
     """One streamed completion, with tool-call deltas joined by their ``index``."""
     stream = client.chat.completions.create(
         model=model,
@@ -225,7 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("question", nargs="?", default=DEFAULT_QUESTION)
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--workspace", type=Path, default=WORKSPACE, help="directory read_file reads")
+    parser.add_argument(
+        "--workspace", type=Path, default=WORKSPACE, help="directory read_file reads"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("OPENAI_API_KEY", "sk-wiretape-example")
     client = OpenAI()
@@ -234,7 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        answer = run_agent(client, args.question, model=args.model, workspace=args.workspace, log=log)
+        answer = run_agent(
+            client, args.question, model=args.model, workspace=args.workspace, log=log
+        )
     except AgentGaveUp as exc:
         print(f"tool_agent: {exc}", file=sys.stderr)
         return 1

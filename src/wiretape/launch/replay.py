@@ -114,6 +114,7 @@ async def replay(
     Raises RunFileError, CommandNotFound, PortInUse, UsageError.
     """
     run = RunFile.open(path)
+    run.prepare_for_writes()
     try:
         info = run.info()
         exchanges = run.exchanges()
@@ -182,5 +183,5 @@ async def replay(
         assert verdict is not None
         return verdict
     finally:
-        run.close()
+        run.close(compact=True)
 

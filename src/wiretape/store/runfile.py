@@ -112,6 +112,17 @@ class RunFile:
             raise RunFileError(path, f"{exc}; the file may be damaged") from exc
         return cls(path, db)
 
+    def prepare_for_writes(self) -> None:
+        """Switch an opened file to WAL with NORMAL sync for a replay's log:
+        each row survives a killed process without an fsync per row. A
+        ``close(compact=True)`` folds it back into one file."""
+        with self._lock:
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                self._db.execute("PRAGMA synchronous = NORMAL")
+            except sqlite3.Error as exc:
+                raise RunFileError(self.path, f"cannot write the replay log: {exc}") from exc
+
     def close(self, *, compact: bool = False) -> None:
         """Close; with ``compact`` fold the WAL back so the file stands alone."""
         with self._lock:

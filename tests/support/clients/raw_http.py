@@ -59,17 +59,21 @@ def main() -> None:
     try:
         url = httpx.URL(base + args.rest)
         request = httpx.Request(req["method"], url, headers=headers, content=body)
-        with client.send(request, stream=True) as resp:
+        resp = client.send(request, stream=True)
+        try:
             obs["status"] = resp.status_code
             obs["reason"] = resp.reason_phrase
             obs["http_version"] = resp.http_version
-            obs["headers"] = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in resp.headers.raw]
+            obs["headers"] = [[k.decode("latin-1"), v.decode("latin-1")]
+                              for k, v in resp.headers.raw]
             for frame in resp.iter_raw():
                 timing.event("frame")
                 h.update(frame)
                 frame_h.update(len(frame).to_bytes(8, "big") + frame)
                 obs["frames"].append(len(frame))
                 obs["body_len"] += len(frame)
+        finally:
+            resp.close()
     except Exception as e:
         exc = e
     obs["body_sha256"] = h.hexdigest()
