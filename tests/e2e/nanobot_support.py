@@ -17,9 +17,9 @@ workspace the agent's file tools work in::
                                  the current time and logs a timestamped line
 
 Everything that can vary between two identical runs is pinned here, so two
-runs against the same answers send byte-identical requests (headers
-included) and print identical stdout, leave an empty stderr and an identical
-workspace:
+runs against the same answers send byte-identical requests (headers too,
+when the port is the same: ``Host`` carries it) and print identical stdout,
+leave an empty stderr and an identical workspace:
 
 * the per-process random ``x-session-affinity`` header: fixed with
   ``providers.custom.extraHeaders``;
@@ -289,7 +289,8 @@ class NanobotScene:
         ]
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The child's environment: ``base`` (default ``os.environ``) pinned by :func:`child_env`."""
+        """The child's environment: ``base`` (default ``os.environ``), pinned by
+        :func:`child_env`."""
         return child_env(self.home, base)
 
     def set_api_base(self, api_base: str) -> NanobotScene:
@@ -321,8 +322,9 @@ class NanobotScene:
 def make_scene(root: Path, api_base: str, *, prompt: str = PROMPT) -> NanobotScene:
     """Create a scene under ``root`` (created if missing) whose config points at ``api_base``.
 
-    ``root`` should not be inside a git repository, nor the workspace inside
-    the directory wiretape writes its runs to.
+    ``root`` itself holds only the three directories: run the agent with
+    ``root`` as its working directory (as :func:`run_nanobot` does), so that
+    files written to the working directory stay out of the workspace.
     """
     root = Path(root).absolute()
     config_dir = root / "nanobot"
@@ -372,7 +374,9 @@ def nanobot_command() -> list[str]:
         return [str(beside)]
     found = shutil.which("nanobot")
     if found is None:
-        raise FileNotFoundError("the nanobot command is not installed (pip install nanobot-ai==0.3.5)")
+        raise FileNotFoundError(
+            "the nanobot command is not installed (pip install nanobot-ai==0.3.5)"
+        )
     return [found]
 
 

@@ -1,0 +1,90 @@
+"""Real nanobot (nanobot-ai 0.3.5) recorded through wiretape against the
+scripted fake provider, then replayed with the provider stopped.
+
+nanobot pins its origin in config.json (``providers.custom.apiBase``), so
+the recording uses a fixed ``--port`` and the config names it; the replay
+reuses the recorded port, so the config needs no edit. nanobot exits 0 even
+when a model call fails, so its stdout is checked, not only its status.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import nanobot_support as ns
+import pytest
+
+from wiretape.testing import FakeProvider
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wiretape(*args: str, env: dict[str, str], cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wiretape", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def verdict(run: Path, env: dict[str, str], cwd: Path) -> dict[str, object]:
+    out = wiretape("verdict", str(run), "--json", env=env, cwd=cwd)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> tuple[ns.NanobotScene, Path, subprocess.CompletedProcess[str]]:
+    port = free_port()
+    run = tmp_path / "nanobot.wtape"
+    with FakeProvider(ns.session_script()) as fp:
+        scene = ns.make_scene(tmp_path / "scene", f"http://127.0.0.1:{port}/v1")
+        result = wiretape("record", "-o", str(run), "--upstream", f"custom={fp.url}/v1",
+                          "--port", str(port), "--", *scene.argv(), env=scene.env(), cwd=scene.root)
+        assert len(fp.requests) == 4
+    return scene, run, result
+
+
+def test_nanobot_session_recorded_then_replayed_offline(recorded) -> None:  # type: ignore[no-untyped-def]
+    scene, run, live = recorded
+    assert live.returncode == 0, live.stderr
+    assert ns.model_error(live.stdout) is None, live.stdout
+    answer = ns.final_answer(live.stdout)
+    assert ns.EXPECTED_QUOTE in answer
+    assert ns.tool_hints(live.stdout) == ["read notes.txt", "ls docs", "read docs/plan.md"]
+    assert "recorded run_" in live.stderr and "4 exchanges" in live.stderr
+
+    # The provider is gone. Lay the scene out as it was before recording
+    # (fresh config dir, so no session history is resent) and replay the
+    # recorded command in the recorded directory.
+    scene.reset()
+    replayed = wiretape("replay", str(run), env=scene.env(), cwd=scene.root)
+    assert replayed.returncode == 0, replayed.stderr
+    assert ns.model_error(replayed.stdout) is None, replayed.stdout
+    assert ns.final_answer(replayed.stdout) == answer
+    assert replayed.stdout == live.stdout
+    v = verdict(run, scene.env(), scene.root)
+    assert (v["recorded"], v["exact"], v["missing"], v["unused"], v["pass"]) == (4, 4, 0, 0, True)
+
+
+def test_nanobot_changed_workspace_file_is_caught_in_strict_mode(recorded) -> None:  # type: ignore[no-untyped-def]
+    scene, run, live = recorded
+    assert live.returncode == 0
+    scene.reset()
+    scene.notes.write_text(scene.notes.read_text().replace("PELICAN-42", "HERON-7"))
+    replayed = wiretape("replay", str(run), env=scene.env(), cwd=scene.root)
+    assert replayed.returncode == 3, replayed.stderr
+    # Strict mode stopped the agent at the mismatch: no final answer.
+    assert ns.EXPECTED_QUOTE not in replayed.stdout
+    assert "stopped at diverged request POST /v1/chat/completions" in replayed.stderr
+    v = verdict(run, scene.env(), scene.root)
+    assert (v["exact"], v["diverged"], v["pass"]) == (1, 1, False)
+    assert v["outcome"]["stopped"]["reason"].startswith("diverged")
+    assert v["requests"][1]["kind"] == "diverged"
+    assert "body" in v["requests"][1]["detail"]["fields"]
