@@ -1,7 +1,8 @@
 """Latency wiretape adds, measured against a direct connection in the same run.
 
-Three paths to one raw upstream on 127.0.0.1, with one keep-alive httpx
-client each:
+Three paths to one raw upstream on 127.0.0.1 (its own process), with one
+keep-alive httpx client each; wiretape runs as ``wiretape serve`` in its own
+process, as an agent would meet it:
 
   direct   client -> upstream
   record   client -> wiretape recording proxy -> upstream
@@ -19,21 +20,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-
-from wiretape.model import RunInfo
-from wiretape.playback.decide import Policy
-from wiretape.proxy.record import Recorder
-from wiretape.proxy.replay import Replayer
-from wiretape.proxy.server import Listeners
-from wiretape.store.runfile import RunFile
 
 SMALL = b'{"id":"x","object":"chat.completion","choices":[{"message":{"content":"ok"}}]}'
 
@@ -70,22 +66,6 @@ async def upstream_handler(reader: asyncio.StreamReader, writer: asyncio.StreamW
         writer.close()
 
 
-class Loop:
-    """An event loop on a background thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro):  # type: ignore[no-untyped-def]
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-
-
 def timed(fn: Callable[[], object], n: int) -> list[float]:
     out = []
     for _ in range(n):
@@ -106,57 +86,68 @@ def stream_delays(client: httpx.Client, url: str, frames: int, gap_ms: int) -> l
     return delays
 
 
+def serve_upstream(port_file: str) -> None:
+    """Run the raw upstream until killed; write its port to ``port_file``."""
+
+    async def run() -> None:
+        server = await asyncio.start_server(upstream_handler, "127.0.0.1", 0)
+        Path(port_file).write_text(str(server.sockets[0].getsockname()[1]))
+        await server.serve_forever()
+
+    asyncio.run(run())
+
+
+def start(argv: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """Start a ``wiretape serve`` process; return it and the URL it printed."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if ": " not in line:
+        raise SystemExit(f"wiretape did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+    return proc, line.split(": ", 1)[1].strip().removesuffix("/v1")
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    return err.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--frames", type=int, default=100)
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--frames", type=int, default=200)
     parser.add_argument("--gap-ms", type=int, default=5)
+    parser.add_argument("--upstream-only", metavar="PORT_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    bg = Loop()
+    if args.upstream_only:
+        serve_upstream(args.upstream_only)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="wiretape-bench-"))
-
-    async def start_upstream() -> int:
-        server = await asyncio.start_server(upstream_handler, "127.0.0.1", 0)
-        return int(server.sockets[0].getsockname()[1])
-
-    up_port = bg.run(start_upstream())
-    upstream = f"http://127.0.0.1:{up_port}/v1"
-    run = RunFile.create(tmp / "bench.wtape", RunInfo("run_000000000000", "bench", (), "", (), (), 0))
-
-    async def start_record() -> tuple[int, Recorder, Listeners]:
-        recorder = Recorder(run)
-        listeners = Listeners()
-        port = await listeners.listen(0, lambda cid: recorder.handler("openai", upstream, cid))
-        return port, recorder, listeners
-
-    rec_port, recorder, rec_listeners = bg.run(start_record())
-    paths = {"direct": f"http://127.0.0.1:{up_port}", "record": f"http://127.0.0.1:{rec_port}"}
-    clients = {name: httpx.Client(timeout=30) for name in ("direct", "record", "replay")}
+    port_file = tmp / "port"
+    up = subprocess.Popen([sys.executable, __file__, "--upstream-only", str(port_file)])
+    while not port_file.exists() or not port_file.read_text():
+        time.sleep(0.02)
+    direct = f"http://127.0.0.1:{port_file.read_text()}"
+    wiretape = [sys.executable, "-m", "wiretape"]
+    run = tmp / "bench.wtape"
+    rec, rec_url = start([*wiretape, "serve", "--record", "--upstream", direct + "/v1", "-o", str(run)])
+    paths = {"direct": direct, "record": rec_url}
     small: dict[str, list[float]] = {}
     delays: dict[str, list[float]] = {}
     for name in ("direct", "record"):
-        post = lambda name=name: clients[name].post(paths[name] + "/v1/small", content=b"{}")  # noqa: E731
-        timed(post, 20)  # warm-up
-        small[name] = timed(post, args.requests)
-        delays[name] = stream_delays(clients[name], paths[name], args.frames, args.gap_ms)
-    bg.run(recorder.aclose())
-
-    run.prepare_for_writes()
-    replay_listeners = Listeners()
-
-    async def start_replay() -> int:
-        replayer = Replayer(run, run.exchanges(), Policy())
-        run.start_replay(replayer.replay_id, "strict", {})
-        return await replay_listeners.listen(0, lambda cid: replayer.handler("openai", cid))
-
-    paths["replay"] = f"http://127.0.0.1:{bg.run(start_replay())}"
-    post = lambda: clients["replay"].post(paths["replay"] + "/v1/small", content=b"{}")  # noqa: E731
-    small["replay"] = timed(post, args.requests)
-    for client in clients.values():
-        client.close()
-    bg.run(rec_listeners.close(0.1))
-    bg.run(replay_listeners.close(0.1))
-    bg.stop()
+        with httpx.Client(timeout=30) as client:
+            post = lambda: client.post(paths[name] + "/v1/small", content=b"{}")  # noqa: E731
+            timed(post, 20)  # warm-up
+            small[name] = timed(post, args.requests)
+            delays[name] = stream_delays(client, paths[name], args.frames, args.gap_ms)
+    summary = stop(rec)
+    up.terminate()
+    rep, paths["replay"] = start([*wiretape, "serve", "--replay", str(run), "--diagnostic"])
+    with httpx.Client(timeout=30) as client:
+        post = lambda: client.post(paths["replay"] + "/v1/small", content=b"{}")  # noqa: E731
+        small["replay"] = timed(post, args.requests)
+    stop(rep)
 
     base = statistics.median(small["direct"])
     print(f"small non-streamed exchanges ({args.requests} each, keep-alive), median round trip:")
@@ -165,12 +156,12 @@ def main() -> None:
         print(f"  {name:7s} {med:7.3f} ms   x{med / base:5.2f} of direct   (+{med - base:.3f} ms)")
     d_direct = statistics.median(delays["direct"])
     d_record = statistics.median(delays["record"])
+    p95 = statistics.quantiles(delays["record"], n=20)[-1]
     print(f"stream of {args.frames} frames {args.gap_ms} ms apart, median send-to-arrival per frame:")
     print(f"  direct  {d_direct:7.3f} ms")
     print(f"  record  {d_record:7.3f} ms   (+{d_record - d_direct:.3f} ms per frame, "
-          f"x{d_record / d_direct:.2f}; p95 {statistics.quantiles(delays['record'], n=20)[-1]:.3f} ms)")
-    print(f"run file: {run.exchange_count()} exchanges, {run.stored_bytes()} bytes of stored bodies")
-    run.close()
+          f"x{d_record / d_direct:.2f}; p95 {p95:.3f} ms)")
+    print(summary.splitlines()[-1] if summary else "")
 
 
 if __name__ == "__main__":

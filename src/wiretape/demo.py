@@ -20,7 +20,7 @@ from wiretape.launch.replay import ReplaySettings, replay
 from wiretape.store.locate import runs_dir
 from wiretape.testing import FakeProvider, demo_script
 
-QUESTION = "What do the notes in notes.txt add up to?"
+QUESTION = "How many pieces of fruit are listed in inventory.txt?"
 
 
 def run_demo(keep_dir: Path | None, say: Callable[[str], None]) -> int:

@@ -4,23 +4,23 @@ This module owns the *script* (an ordered list of turns the fake model plays),
 the providers' wire formats for those turns, and a small asyncio + h11 server
 that serves them. It speaks:
 
-=========================  ==========================================  ==============
-endpoint (path suffix)     wire format                                 consumes a turn
-=========================  ==========================================  ==============
-``POST .../chat/completions``  OpenAI chat completions, JSON or SSE    yes
-``POST .../responses``         OpenAI Responses, JSON or SSE           yes
-``POST .../messages``          Anthropic messages, JSON or SSE         yes
-``POST .../embeddings``        OpenAI embeddings (vectors derived      no
-                               from the input text)
-=========================  ==========================================  ==============
+    endpoint (path suffix)          wire format                           turn
+    POST .../chat/completions       OpenAI chat completions, JSON or SSE  consumed
+    POST .../responses              OpenAI Responses, JSON or SSE         consumed
+    POST .../messages               Anthropic messages, JSON or SSE       consumed
+    POST .../embeddings             OpenAI embeddings, vectors derived    none
+                                    from the input alone
 
 Any prefix before the suffix is accepted (``/v1/messages``, ``/messages``,
 ``/api/v1/chat/completions``); anything else gets a 404 in OpenAI's error
 shape. Streams are written one SSE event per HTTP chunk, with ``delay``
 seconds between events, so a proxy that buffers can be caught.
 
-Every id and timestamp is derived from the turn number, so two runs of the
-same script with the same requests produce byte-identical responses.
+Every id and timestamp is derived from the 1-based turn number (turn 3:
+``chatcmpl-fake-0003``, ``resp_fake_0003``, ``msg_fake_0003``; its first
+call ``call_fake_3_0``, ``fc_fake_3_0``, ``toolu_fake_3_0``), ``created`` is
+always :data:`CREATED` and responses carry no ``date`` header, so two runs of
+the same script with the same requests produce byte-identical responses.
 
 It must not know about recording, run files, matching or replay: it plays the
 part of an origin, and nothing in wiretape depends on it.
@@ -69,7 +69,9 @@ import h11
 from wiretape.errors import PortInUse, UsageError, WiretapeError
 
 __all__ = [
+    "CREATED",
     "DEFAULT_DELAY",
+    "EMBEDDING_DIMENSIONS",
     "AsyncFakeProvider",
     "FakeProvider",
     "ReceivedRequest",
@@ -827,17 +829,15 @@ class _Playbook:
         route = _route_for(method, target)
         if route is None:
             path = target.split("?", 1)[0]
-            return _error(
-                _OPENAI, _NOT_FOUND, f"wiretape fake provider: no route for {method} {path}"
-            ), None
+            message = f"wiretape fake provider: no route for {method} {path}"
+            return _error(_OPENAI, _NOT_FOUND, message), None
         try:
             request = json.loads(body)
         except ValueError:
             request = None
         if not isinstance(request, dict):
-            return _error(
-                route.errors, _BAD_REQUEST, "wiretape fake provider: the body is not a JSON object"
-            ), None
+            message = "wiretape fake provider: the request body is not a JSON object"
+            return _error(route.errors, _BAD_REQUEST, message), None
         if isinstance(route, _ComputedRoute):
             return route.render(request, len(body)), None
         if self._played >= len(self._turns):
@@ -848,9 +848,8 @@ class _Playbook:
             return _error(route.errors, _EXHAUSTED, message), None
         turn = self._turns[self._played]
         self._played += 1
-        if turn.expect is not None and turn.expect not in (
-            said := _text_of(route.last_message(request))
-        ):
+        said = _text_of(route.last_message(request))
+        if turn.expect is not None and turn.expect not in said:
             message = (
                 f"wiretape fake provider: turn {self._played} expects the last message to contain "
                 f"{turn.expect!r}, but it was {said[:200]!r}"

@@ -24,6 +24,7 @@ import openai
 import pytest
 
 from wiretape.errors import PortInUse
+from wiretape.examples.tool_agent import WORKSPACE, run_tool
 from wiretape.testing import (
     CREATED,
     FakeProvider,
@@ -568,3 +569,34 @@ def test_example_agent_answers_the_demo_script() -> None:
         {"role": "tool", "tool_call_id": "call_fake_1_0", "content": "apples: 17\npears: 25\n"},
         {"role": "tool", "tool_call_id": "call_fake_2_0", "content": "42"},
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "result"),
+    [
+        ("read_file", '{"path": "inventory.txt"}', "apples: 17\npears: 25\n"),
+        ("read_file", '{"path": "./notes.txt"}', None),
+        (
+            "read_file",
+            '{"path": "../tool_agent.py"}',
+            "error: '../tool_agent.py' is outside the workspace",
+        ),
+        (
+            "read_file",
+            '{"path": "/etc/hostname"}',
+            "error: '/etc/hostname' is outside the workspace",
+        ),
+        ("read_file", '{"path": "missing.txt"}', "error: no file 'missing.txt' in the workspace"),
+        ("add", '{"a": 17, "b": 25}', "42"),
+        ("add", '{"a": 1.5, "b": 2}', "3.5"),
+        ("add", '{"a": true, "b": 2}', "error: add needs two numbers 'a' and 'b'"),
+        ("add", '{"a": 1', "error: the arguments of add are not valid JSON"),
+        ("delete", "{}", "error: there is no tool named 'delete'"),
+    ],
+)
+def test_example_agent_tool_results_are_deterministic(
+    name: str, arguments: str, result: str | None
+) -> None:
+    got = run_tool(name, arguments, WORKSPACE)
+    assert got == (result if result is not None else (WORKSPACE / "notes.txt").read_text())
+    assert str(WORKSPACE) not in got

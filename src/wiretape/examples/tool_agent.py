@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from openai import OpenAI
 from openai.types.chat import (
@@ -76,9 +76,13 @@ def read_file(arguments: Mapping[str, Any], workspace: Path) -> str:
 def add(arguments: Mapping[str, Any], workspace: Path) -> str:
     """``a + b`` as JSON (``42``, ``4.5``); an error when either is not a number."""
     a, b = arguments.get("a"), arguments.get("b")
-    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in (a, b)):
+    if not (_is_number(a) and _is_number(b)):
         return "error: add needs two numbers 'a' and 'b'"
-    return json.dumps(a + b)  # type: ignore[operator]  # both checked to be numbers
+    return json.dumps(a + b)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,14 @@ class Tool:
     run: Callable[[Mapping[str, Any], Path], str]
 
     def schema(self) -> ChatCompletionToolParam:
-        function = {
-            "name": self.name,
-            "description": self.description,
-            "parameters": dict(self.parameters),
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
         }
-        return {"type": "function", "function": function}  # type: ignore[typeddict-item]
 
 
 TOOLS: dict[str, Tool] = {

@@ -24,11 +24,15 @@ class OriginSpec:
 
 
 KNOWN_ORIGINS: tuple[OriginSpec, ...] = (
-    # openai-python reads OPENAI_BASE_URL; LiteLLM reads OPENAI_API_BASE for
-    # its OpenAI provider (and so do older openai releases and LangChain).
+    # openai-python reads OPENAI_BASE_URL; LiteLLM's OpenAI provider reads
+    # OPENAI_BASE_URL, else OPENAI_API_BASE (as do LangChain and openai<1).
     OriginSpec("openai", "https://api.openai.com/v1", ("OPENAI_BASE_URL", "OPENAI_API_BASE")),
     # anthropic-sdk-python reads ANTHROPIC_BASE_URL.
     OriginSpec("anthropic", "https://api.anthropic.com", ("ANTHROPIC_BASE_URL",)),
+    # google-genai reads GOOGLE_GEMINI_BASE_URL for the Gemini Developer API
+    # (not for Vertex AI, which has its own hosts); it appends the API version
+    # and method path (/v1/models/M:generateContent) itself.
+    OriginSpec("gemini", "https://generativelanguage.googleapis.com", ("GOOGLE_GEMINI_BASE_URL",)),
 )
 
 
@@ -57,13 +61,16 @@ def plan_origins(
     upstreams: Sequence[tuple[str, str]],
     ports: Sequence[tuple[str | None, int]],
     environ: Mapping[str, str] | None = None,
+    *,
+    include_known: bool = True,
 ) -> list[PlannedOrigin]:
     """The origins a recording listens for.
 
     Precedence for each origin's upstream (DESIGN.md): ``--upstream
     NAME=URL``, else the parent's own value of the origin's variable, else
     the built-in default. Origins named only by ``--upstream`` are added
-    after the known ones. A port given without a name belongs to the first
+    after the known ones. With ``include_known`` False (attach mode) only
+    the ``--upstream`` origins are planned. A port given without a name belongs to the first
     ``--upstream`` origin, else to ``openai``. Raises InvalidUpstream or
     UsageError.
     """
@@ -72,14 +79,15 @@ def plan_origins(
     if len(given) != len(upstreams):
         raise UsageError("an origin is named twice in --upstream")
     planned: list[PlannedOrigin] = []
-    for spec in KNOWN_ORIGINS:
+    for spec in KNOWN_ORIGINS if include_known else ():
         inherited = next((env[v] for v in spec.env_vars if env.get(v)), None)
         url = given.get(spec.name) or inherited or spec.default_upstream
         planned.append(PlannedOrigin(spec.name, url, 0, spec.env_vars))
-    known = {spec.name for spec in KNOWN_ORIGINS}
+    planned_names = {p.name for p in planned}
     for name, url in upstreams:
-        if name not in known:
-            planned.append(PlannedOrigin(name, url, 0, ()))
+        if name not in planned_names:
+            spec = next((s for s in KNOWN_ORIGINS if s.name == name), None)
+            planned.append(PlannedOrigin(name, url, 0, spec.env_vars if spec else ()))
     for p in planned:
         try:
             parse_upstream(p.upstream)

@@ -86,7 +86,7 @@ async def record(
     CommandNotFound, PortInUse, InvalidUpstream, UsageError, RunFileError.
     """
     cwd = cwd or os.getcwd()
-    planned = plan_origins(upstreams, ports)
+    planned = plan_origins(upstreams, ports, include_known=argv is not None)
     if argv is not None:
         resolve_command(argv, cwd)
     run_id = new_run_id()
