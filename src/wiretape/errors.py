@@ -80,6 +80,7 @@ class InvalidUpstream(WiretapeError):
 
     def __init__(self, value: str, reason: str) -> None:
         self.value = value
+        self.reason = reason
         super().__init__(
             f"invalid upstream {value!r}: {reason} (expected NAME=URL such as "
             "openai=https://api.openai.com/v1)"

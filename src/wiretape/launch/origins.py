@@ -93,7 +93,7 @@ def plan_origins(
             parse_upstream(p.upstream)
         except InvalidUpstream as exc:
             source = "--upstream" if p.name in given else "the environment"
-            raise InvalidUpstream(f"{p.name}={p.upstream}", f"{exc.args[0].split(': ', 1)[-1]} (from {source})") from exc
+            raise InvalidUpstream(f"{p.name}={p.upstream}", f"{exc.reason} (from {source})") from exc
     primary = upstreams[0][0] if upstreams else "openai"
     by_name = {p.name: p for p in planned}
     for name, port in ports:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from wiretape.errors import UsageError
+from wiretape.errors import PortInUse, UsageError
 from wiretape.launch.child import Child, resolve_command
 from wiretape.launch.origins import child_environment
 from wiretape.launch.record import _forward_signals
@@ -22,7 +22,7 @@ from wiretape.playback.pacing import Pace
 from wiretape.playback.verdict import Verdict, compute
 from wiretape.proxy.http1 import DEFAULT_MAX_BODY
 from wiretape.proxy.replay import Replayer
-from wiretape.proxy.server import Listeners, port_is_free
+from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
 from wiretape.proxy.upstream import parse_upstream
 from wiretape.store.runfile import RunFile
@@ -72,27 +72,39 @@ def verdict_of(run: RunFile, replay_id: str | None = None) -> Verdict | None:
     )
 
 
-def _choose_port(origin: Origin, overrides: dict[str | None, int], primary: str) -> int:
+def _wanted_port(origin: Origin, overrides: dict[str | None, int], primary: str) -> tuple[int, bool]:
+    """(port, explicit): a --port override is explicit; else the recorded port."""
     if origin.name in overrides:
-        return overrides[origin.name]
+        return overrides[origin.name], True
     if None in overrides and origin.name == primary:
-        return overrides[None]
-    return origin.port if origin.port and port_is_free(origin.port) else 0
+        return overrides[None], True
+    return origin.port, False
 
 
 async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer: Replayer,
                       ports: Sequence[tuple[str | None, int]]) -> list[Origin]:
-    """Listen for each recorded origin. Raises PortInUse for a taken --port."""
+    """Listen for each recorded origin, on its recorded port when that is
+    free (else any free port). Raises PortInUse for a taken --port."""
     overrides = dict(ports)
     primary = origins[0].name if origins else ""
     bound = []
     for origin in origins:
         _, _, base = parse_upstream(origin.upstream)
-        port = await listeners.listen(
-            _choose_port(origin, overrides, primary),
-            lambda conn_id, name=origin.name: replayer.handler(name, conn_id),
-            lambda status, code, message, base=base: error_response(base.encode(), status, code, message),
-        )
+        wanted, explicit = _wanted_port(origin, overrides, primary)
+
+        async def listen(port: int, origin: Origin = origin, base: str = base) -> int:
+            return await listeners.listen(
+                port,
+                lambda conn_id: replayer.handler(origin.name, conn_id),
+                lambda status, code, message: error_response(base.encode(), status, code, message),
+            )
+
+        try:
+            port = await listen(wanted)
+        except PortInUse:
+            if explicit or wanted == 0:
+                raise
+            port = await listen(0)  # the recorded port is taken: any free one
         bound.append(Origin(origin.name, origin.upstream, port, origin.env_vars))
     return bound
 

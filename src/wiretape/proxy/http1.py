@@ -127,7 +127,8 @@ class ClientConnection:
         if declared is not None and declared.strip().isdigit() and int(declared) > self._max_body:
             await self._refuse_too_large()
         if self._h11.they_are_waiting_for_100_continue:
-            self._writer.write(self._h11.send(h11.InformationalResponse(status_code=100)) or b"")
+            interim = h11.InformationalResponse(status_code=100, headers=[])
+            self._writer.write(self._h11.send(interim) or b"")
         body = bytearray()
         while True:
             try:

@@ -75,16 +75,3 @@ class Listeners:
                 await asyncio.wait_for(server.wait_closed(), 1.0)
             except TimeoutError:
                 pass
-
-
-def port_is_free(port: int) -> bool:
-    """Whether LOOPBACK:port can be bound right now."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True

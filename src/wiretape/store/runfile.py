@@ -10,15 +10,18 @@ A run file is untrusted input: nothing read from it is executed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
+
+import zstandard
 
 from wiretape.errors import RunFileError
 from wiretape.model import (
@@ -41,6 +44,23 @@ def _headers_to_json(headers: Headers) -> str:
 
 def _headers_from_json(text: str) -> Headers:
     return tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in json.loads(text))
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _damage_is_an_input_error(method: F) -> F:
+    """Turn a damaged page or blob met after opening into a RunFileError
+    naming the file, instead of a traceback."""
+
+    @functools.wraps(method)
+    def wrapper(self: RunFile, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.DatabaseError, zstandard.ZstdError, KeyError, ValueError) as exc:
+            raise RunFileError(self.path, f"{exc}; the file is damaged") from exc
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -193,6 +213,7 @@ class RunFile:
             }
         )
 
+    @_damage_is_an_input_error
     def info(self) -> RunInfo:
         with self._lock:
             meta = {k: json.loads(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
@@ -271,10 +292,12 @@ class RunFile:
                     (exchange.seq, r.location, r.name, r.fingerprint),
                 )
 
+    @_damage_is_an_input_error
     def exchange_count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM exchanges").fetchone()[0])
 
+    @_damage_is_an_input_error
     def exchanges(self) -> list[Exchange]:
         """Every recorded exchange, in sequence order."""
         return list(self.iter_exchanges())
@@ -295,6 +318,7 @@ class RunFile:
         for row in rows:
             yield self._exchange_from_row(row, frames.get(row[0], []))
 
+    @_damage_is_an_input_error
     def _exchange_from_row(self, row: Sequence[Any], frame_rows: list[tuple[int, int, int]]) -> Exchange:
         (seq, conn, origin, started, method, target, version, req_headers, req_blob, status,
          reason, resp_version, resp_headers, resp_blob, ending, ttfb, duration, error) = row
@@ -332,6 +356,7 @@ class RunFile:
             error=error,
         )
 
+    @_damage_is_an_input_error
     def redactions(self) -> list[tuple[int | None, Redaction]]:
         with self._lock:
             return [
@@ -341,12 +366,14 @@ class RunFile:
                 )
             ]
 
+    @_damage_is_an_input_error
     def stored_bytes(self) -> int:
         """Bytes of bodies as stored (compressed), for summaries."""
         with self._lock:
             row = self._db.execute("SELECT coalesce(sum(length(data)), 0) FROM blobs").fetchone()
         return int(row[0])
 
+    @_damage_is_an_input_error
     def body_bytes(self) -> int:
         """Bytes of request and response bodies as they crossed the wire."""
         with self._lock:
@@ -400,6 +427,7 @@ class RunFile:
                 (time.time_ns(), exit_status, stdout, stderr, json.dumps(outcome), replay_id),
             )
 
+    @_damage_is_an_input_error
     def replays(self) -> list[dict[str, Any]]:
         """Every replay, oldest first: id, started/ended ns, mode, settings, outcome."""
         with self._lock:
@@ -420,6 +448,7 @@ class RunFile:
             for rid, started, ended, mode, settings, exit_status, outcome in rows
         ]
 
+    @_damage_is_an_input_error
     def replay_requests(self, replay_id: str) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute(
