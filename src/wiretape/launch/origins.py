@@ -86,8 +86,8 @@ def plan_origins(
     planned_names = {p.name for p in planned}
     for name, url in upstreams:
         if name not in planned_names:
-            spec = next((s for s in KNOWN_ORIGINS if s.name == name), None)
-            planned.append(PlannedOrigin(name, url, 0, spec.env_vars if spec else ()))
+            known = next((k for k in KNOWN_ORIGINS if k.name == name), None)
+            planned.append(PlannedOrigin(name, url, 0, known.env_vars if known else ()))
     for p in planned:
         try:
             parse_upstream(p.upstream)
@@ -96,8 +96,8 @@ def plan_origins(
             raise InvalidUpstream(f"{p.name}={p.upstream}", f"{exc.reason} (from {source})") from exc
     primary = upstreams[0][0] if upstreams else "openai"
     by_name = {p.name: p for p in planned}
-    for name, port in ports:
-        target = name or primary
+    for port_name, port in ports:
+        target = port_name or primary
         if target not in by_name:
             raise UsageError(f"--port names origin {target!r}, which is not being recorded")
         p = by_name[target]

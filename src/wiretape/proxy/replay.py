@@ -99,7 +99,7 @@ class Replayer:
                 decision = decide(live, self._tape.candidates(), self._policy)
                 if decision.seq is not None:
                     self._tape.consume(decision.seq)
-                row = {
+                row: dict[str, Any] = {
                     "index": next(self._idx),
                     "kind": decision.kind.value,
                     "seq": decision.seq,

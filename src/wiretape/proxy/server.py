@@ -44,12 +44,12 @@ class Listeners:
             task = asyncio.current_task()
             if task is not None:
                 task.set_name(f"wiretape-conn-{conn_id}")
-                self._tasks.add(task)  # type: ignore[arg-type]
+                self._tasks.add(task)
             try:
                 await serve_connection(conn, handler_for(conn_id))
             finally:
                 if task is not None:
-                    self._tasks.discard(task)  # type: ignore[arg-type]
+                    self._tasks.discard(task)
 
         try:
             server = await asyncio.start_server(on_connect, LOOPBACK, port, reuse_address=True)

@@ -22,7 +22,7 @@ CREATE TABLE origins (
 CREATE TABLE blobs (
   hash TEXT PRIMARY KEY,          -- sha256 hex of the uncompressed bytes
   size INTEGER NOT NULL,          -- uncompressed bytes
-  codec TEXT NOT NULL,            -- 'raw', 'zstd', or 'zstd-ref' (zstd with ref's bytes as dictionary)
+  codec TEXT NOT NULL,            -- 'raw', 'zstd', or 'zstd-ref' (ref's bytes as dictionary)
   ref TEXT,                       -- hash of the dictionary blob for 'zstd-ref'
   depth INTEGER NOT NULL DEFAULT 0,
   data BLOB NOT NULL
@@ -87,9 +87,11 @@ CREATE TABLE replay_requests (
 """
 
 # Migration i brings a file from version i to version i + 1.
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    0: lambda db: db.executescript(_V1),
-}
+def _to_v1(db: sqlite3.Connection) -> None:
+    db.executescript(_V1)
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _to_v1}
 
 
 def create(db: sqlite3.Connection) -> None:
