@@ -1,0 +1,91 @@
+"""A scripted fake model provider for tests, on real sockets on 127.0.0.1.
+
+This package owns the *script* (an ordered list of turns the fake model plays),
+the providers' wire formats for those turns, and a small asyncio + h11 server
+that serves them. It speaks:
+
+    endpoint (path suffix)          wire format                           turn
+    POST .../chat/completions       OpenAI chat completions, JSON or SSE  consumed
+    POST .../responses              OpenAI Responses, JSON or SSE         consumed
+    POST .../messages               Anthropic messages, JSON or SSE       consumed
+    POST .../embeddings             OpenAI embeddings, vectors derived    none
+                                    from the input alone
+
+Any prefix before the suffix is accepted (``/v1/messages``, ``/messages``,
+``/api/v1/chat/completions``); anything else gets a 404 in OpenAI's error
+shape. Streams are written one SSE event per HTTP chunk, with ``delay``
+seconds between events, so a proxy that buffers can be caught.
+
+Every id and timestamp is derived from the 1-based turn number (turn 3:
+``chatcmpl-fake-0003``, ``resp_fake_0003``, ``msg_fake_0003``; its first
+call ``call_fake_3_0``, ``fc_fake_3_0``, ``toolu_fake_3_0``), ``created`` is
+always :data:`CREATED` and responses carry no ``date`` header, so two runs of
+the same script with the same requests produce byte-identical responses.
+
+It must not know about recording, run files, matching or replay: it plays the
+part of an origin, and nothing in wiretape depends on it.
+
+Its modules, each importing only those above it:
+
+    script               turns, tool calls, the JSON form of a script, ScriptError
+    wire                 Reply and Answer, JSON/SSE encoding, deltas, error shapes
+    openai_chat          chat completions          \\
+    openai_responses     Responses                  | a turn (or an input) as bytes
+    anthropic_messages   messages                   |
+    openai_embeddings    embeddings                /
+    playbook             routes, the script being played, ReceivedRequest
+    server               the asyncio + h11 shell: AsyncFakeProvider, FakeProvider
+    cli                  ``python -m wiretape.testing`` (``__main__`` calls it)
+
+Use it in a test::
+
+    script = [
+        ToolCallTurn([ToolCall("add", {"a": 2, "b": 3})]),
+        TextTurn("The sum is 5.", expect="5"),
+    ]
+    with FakeProvider(script) as fp:
+        client = openai.OpenAI(base_url=fp.url + "/v1", api_key="test")
+        ...
+    assert len(fp.requests) == 2
+
+or as a process (``--script`` defaults to :func:`demo_script`)::
+
+    python -m wiretape.testing --port 8765 --script script.json
+    listening http://127.0.0.1:8765
+"""
+
+from wiretape.testing.cli import main
+from wiretape.testing.openai_embeddings import EMBEDDING_DIMENSIONS
+from wiretape.testing.playbook import ReceivedRequest
+from wiretape.testing.script import (
+    ScriptError,
+    TextTurn,
+    ToolCall,
+    ToolCallTurn,
+    Turn,
+    demo_script,
+    load_script,
+    script_from_json,
+    script_to_json,
+)
+from wiretape.testing.server import DEFAULT_DELAY, AsyncFakeProvider, FakeProvider
+from wiretape.testing.wire import CREATED
+
+__all__ = [
+    "CREATED",
+    "DEFAULT_DELAY",
+    "EMBEDDING_DIMENSIONS",
+    "AsyncFakeProvider",
+    "FakeProvider",
+    "ReceivedRequest",
+    "ScriptError",
+    "TextTurn",
+    "ToolCall",
+    "ToolCallTurn",
+    "Turn",
+    "demo_script",
+    "load_script",
+    "main",
+    "script_from_json",
+    "script_to_json",
+]
