@@ -170,8 +170,11 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
 @click.option("--diagnostic", is_flag=True)
 @click.option("--pace", type=click.Choice(["fast", "recorded"]), default="fast")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
+@click.option("--max-body", type=int, default=DEFAULT_MAX_BODY, show_default=True,
+              help="Largest request body accepted, in bytes; larger gets 413.")
 def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
-          out: Path | None, strict: bool, diagnostic: bool, pace: str, as_json: bool) -> None:
+          out: Path | None, strict: bool, diagnostic: bool, pace: str, as_json: bool,
+          max_body: int) -> None:
     """Attach: listen until SIGINT/SIGTERM for an agent configured to call
     the printed URL (for agents that read their origin from a config file).
 
@@ -202,14 +205,15 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
         pairs = [(u.split("=", 1)[0], u.split("=", 1)[1]) if "=" in u.split("://", 1)[0] else ("upstream", u)
                  for u in upstreams]
         result = asyncio.run(do_record(None, out=out, upstreams=pairs, ports=_ports(ports),
-                                       on_listening=announce, until=stop))
+                                       max_body=max_body, on_listening=announce, until=stop))
         for line in render.record_summary(result):
             _say(line)
         sys.exit(0)
     from wiretape.launch.replay import ReplaySettings, replay as do_replay
 
     assert replay_run is not None
-    settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace), ports=tuple(_ports(ports)))
+    settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace), ports=tuple(_ports(ports)),
+                              max_body=max_body)
     verdict = asyncio.run(do_replay(resolve_run(replay_run), None, settings,
                                     on_listening=announce, until=stop))
     _say(render.verdict_line(verdict))

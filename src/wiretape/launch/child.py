@@ -11,7 +11,10 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -19,6 +22,9 @@ from typing import BinaryIO
 from wiretape.errors import CommandNotFound
 
 STOP_GRACE_S = 5.0
+#: After the agent exits, how long (s) its output pipes may stay open (held by
+#: a background process it left behind) before wiretape stops reading them.
+OUTPUT_DRAIN_S = 1.0
 
 
 def resolve_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
@@ -49,13 +55,18 @@ class ChildResult:
 
 @dataclass
 class Child:
-    """A running agent process."""
+    """A running agent process.
 
-    process: asyncio.subprocess.Process
+    Its output is read by two threads (so a pipe held open by something the
+    agent left running never delays wiretape), and its exit is awaited with
+    ``Popen.wait`` in a worker thread.
+    """
+
+    process: subprocess.Popen[bytes]
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
     stopped: str | None = None
-    _pumps: list[asyncio.Task[None]] = field(default_factory=list)
+    _pumps: list[threading.Thread] = field(default_factory=list)
 
     @classmethod
     async def start(
@@ -70,10 +81,9 @@ class Child:
         """Start ``argv``. Raises CommandNotFound."""
         exe = resolve_command(argv, cwd, env)
         try:
-            process = await asyncio.create_subprocess_exec(
-                exe, *argv[1:], cwd=cwd, env=dict(env),
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                process_group=0,
+            process = subprocess.Popen(
+                [exe, *argv[1:]], cwd=cwd, env=dict(env), stdin=None,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             raise CommandNotFound(argv[0], str(exc)) from exc
@@ -81,15 +91,21 @@ class Child:
         out = echo_stdout if echo_stdout is not None else sys.stdout.buffer
         err = echo_stderr if echo_stderr is not None else sys.stderr.buffer
         assert process.stdout is not None and process.stderr is not None
-        child._pumps = [
-            asyncio.create_task(_pump(process.stdout, out, child.stdout), name="wiretape-child-stdout"),
-            asyncio.create_task(_pump(process.stderr, err, child.stderr), name="wiretape-child-stderr"),
-        ]
+        for name, stream, echo, keep in (("stdout", process.stdout, out, child.stdout),
+                                         ("stderr", process.stderr, err, child.stderr)):
+            thread = threading.Thread(target=_pump, args=(stream, echo, keep),
+                                      name=f"wiretape-child-{name}", daemon=True)
+            thread.start()
+            child._pumps.append(thread)
         return child
 
     async def wait(self) -> ChildResult:
-        status = await self.process.wait()
-        await asyncio.gather(*self._pumps, return_exceptions=True)
+        """Wait for the agent to exit. Output still arriving from processes it
+        left running is read for ``OUTPUT_DRAIN_S`` more, then no longer."""
+        status = await asyncio.to_thread(self.process.wait)
+        deadline = time.monotonic() + OUTPUT_DRAIN_S
+        for thread in self._pumps:
+            await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
         exit_status = status if status >= 0 else 128 - status  # killed by signal N -> 128 + N
         return ChildResult(exit_status, bytes(self.stdout), bytes(self.stderr), self.stopped)
 
@@ -101,18 +117,18 @@ class Child:
         """SIGTERM the child's process group, then SIGKILL after ``grace`` s."""
         if self.stopped is None:
             self.stopped = reason
-        if self.process.returncode is not None:
-            return
+        # The whole group, even when the agent itself has already exited:
+        # what it started may still be running.
         self.signal_group(signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(self.process.wait()), grace)
-        except TimeoutError:
+            await asyncio.to_thread(self.process.wait, grace)
+        except subprocess.TimeoutExpired:
             self.signal_group(signal.SIGKILL)
 
 
-async def _pump(stream: asyncio.StreamReader, echo: BinaryIO, keep: bytearray) -> None:
+def _pump(stream: BinaryIO, echo: BinaryIO, keep: bytearray) -> None:
     while True:
-        data = await stream.read(65536)
+        data = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
         if not data:
             return
         keep += data

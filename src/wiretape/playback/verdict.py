@@ -45,9 +45,7 @@ class Verdict:
     @property
     def exchanges_pass(self) -> bool:
         matched = self.exact + (self.substituted if self.allow_substitutions else 0)
-        return matched == self.recorded and self.missing == 0 and self.diverged == 0 and (
-            self.allow_substitutions or self.substituted == 0
-        )
+        return matched == self.recorded and self.missing == 0
 
     @property
     def outcome_same(self) -> bool:
@@ -59,7 +57,7 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        if not self.exchanges_pass:
+        if not self.complete or not self.exchanges_pass:
             return EXIT_EXCHANGES_FAIL
         return EXIT_PASS if self.outcome_same else EXIT_OUTCOME_DIFFERS
 

@@ -1,0 +1,1 @@
+"""Reading runs for people: one-line summaries of requests, run diffs."""

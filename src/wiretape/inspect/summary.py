@@ -1,0 +1,70 @@
+"""One-line summaries of requests, for lists of unused or unmatched
+exchanges: the model, the last message's role and its first words.
+
+Display only: matching never uses this. Knows the request shapes of OpenAI
+chat (``messages``), OpenAI Responses (``input``), Anthropic (``messages``
+with content blocks) and Gemini (``contents`` with ``parts``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wiretape.model import Request
+
+_WORDS = 8
+
+
+def _text_of(content: Any) -> str:
+    """The readable text of a message's content, whatever its shape."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(_text_of(part) for part in content if _text_of(part))
+    if isinstance(content, dict):
+        for key in ("text", "content", "output", "input_text"):
+            if key in content:
+                return _text_of(content[key])
+        if "functionResponse" in content:
+            return "functionResponse " + str(content["functionResponse"].get("name", ""))
+        if "type" in content:
+            return f"[{content['type']}]"
+    return ""
+
+
+def _last_message(body: dict[str, Any]) -> tuple[str, str] | None:
+    for key in ("messages", "input", "contents"):
+        items = body.get(key)
+        if isinstance(items, str):
+            return "user", items
+        if isinstance(items, list) and items:
+            last = items[-1]
+            if isinstance(last, dict):
+                role = last.get("role") or last.get("type") or "?"
+                text = _text_of(last.get("content", last.get("parts", last.get("output", ""))))
+                return str(role), text
+    return None
+
+
+def first_words(text: str, n: int = _WORDS) -> str:
+    words = text.split()
+    return " ".join(words[:n]) + (" ..." if len(words) > n else "")
+
+
+def request_summary(request: Request) -> str:
+    """E.g. ``model gpt-4o-mini, last message tool: "apples: 17 pears: 25"``."""
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        return f"{len(request.body)} bytes, not JSON" if request.body else "no body"
+    if not isinstance(body, dict):
+        return "JSON body"
+    parts = []
+    if "model" in body:
+        parts.append(f"model {body['model']}")
+    last = _last_message(body)
+    if last is not None:
+        role, text = last
+        parts.append(f'last message {role}: "{first_words(text)}"')
+    return ", ".join(parts) or "JSON body"

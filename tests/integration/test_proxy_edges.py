@@ -1,0 +1,595 @@
+"""The proxy at its edges, on real sockets: protocols it refuses (and how
+fast), framing it must get right (keep-alive, 100-continue, hop-by-hop
+headers, body caps, malformed input), many streams at once, and the
+attach forms ``serve --record`` / ``serve --replay`` with their pacing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from wiretape.store.runfile import open_run
+
+CLIENTS = Path(__file__).resolve().parents[1] / "e2e" / "clients_modes"
+sys.path.insert(0, str(CLIENTS))
+
+from routed_upstream import RoutedUpstream, json_answer
+
+_SCRUB = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "HTTP_PROXY", "HTTPS_PROXY",
+          "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "WIRETAPE_HOME")
+
+
+def env() -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    out.update(OPENAI_API_KEY="sk-edges-test", PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1")
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- a raw HTTP/1.1 client -------------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    status: int
+    reason: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes = b""
+    chunk_times: list[float] = field(default_factory=list)  # monotonic s, one per chunk
+    chunks: list[bytes] = field(default_factory=list)
+
+    def header(self, name: str) -> bytes | None:
+        return next((v for k, v in self.headers if k.lower() == name.lower().encode()), None)
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+class Conn:
+    """One client connection to the proxy, read with a timeout (a hang fails, not blocks)."""
+
+    def __init__(self, port: int, timeout: float = 10) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Conn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            raise EOFError("connection closed")
+        self.buf += data
+
+    def read_until(self, sep: bytes) -> bytes:
+        while sep not in self.buf:
+            self._fill()
+        i = self.buf.index(sep) + len(sep)
+        out, self.buf = self.buf[:i], self.buf[i:]
+        return out
+
+    def read_exact(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def reply(self, method: bytes = b"POST") -> Reply:
+        head = self.read_until(b"\r\n\r\n")
+        lines = head[:-4].split(b"\r\n")
+        _, status, reason = (lines[0].split(b" ", 2) + [b""])[:3]
+        headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(b":") for line in lines[1:])]
+        r = Reply(int(status), reason, headers)
+        if r.status < 200 or r.status in (204, 304) or method == b"HEAD":
+            return r
+        if b"chunked" in (r.header("transfer-encoding") or b"").lower():
+            while True:
+                size = int(self.read_until(b"\r\n")[:-2].split(b";")[0], 16)
+                if size == 0:
+                    self.read_until(b"\r\n")
+                    break
+                data = self.read_exact(size + 2)[:-2]
+                r.chunk_times.append(time.monotonic())
+                r.chunks.append(data)
+                r.body += data
+        elif r.header("content-length") is not None:
+            r.body = self.read_exact(int(r.header("content-length")))
+        else:
+            while True:
+                try:
+                    self._fill()
+                except EOFError:
+                    break
+            r.body, self.buf = self.buf, b""
+        return r
+
+    def closed_within(self, timeout: float) -> bool:
+        """Whether the peer closes the connection within ``timeout`` seconds."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+                self.buf += data
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            return True
+
+
+def request(method: str, target: str, body: bytes = b"", headers: list[tuple[str, str]] = (),
+            host: str = "127.0.0.1") -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
+    lines += [f"{k}: {v}" for k, v in headers]
+    if body or method in ("POST", "PUT"):
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def post(target: str, payload: dict, headers: list[tuple[str, str]] = ()) -> bytes:
+    return request("POST", target, json.dumps(payload).encode(),
+                   [("Content-Type", "application/json"), *headers])
+
+
+# --- wiretape as a long-running process ------------------------------------------------------
+
+
+class Wiretape:
+    """``wiretape ARGS`` in the background, its stderr in a file."""
+
+    def __init__(self, cwd: Path, *args: str) -> None:
+        self.cwd = cwd
+        self.err_path = cwd / f"wiretape-{time.monotonic_ns()}.err"
+        with open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "wiretape", *args], cwd=cwd,
+                                         env=env(), stdout=subprocess.PIPE, stderr=err)
+        self.urls: dict[str, str] = {}
+
+    def read_urls(self, name: str = "upstream", timeout: float = 20) -> dict[str, str]:
+        """The ``NAME: URL`` lines serve prints once it listens, up to the one for ``name``."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        pending = b""
+        while name not in self.urls:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no URL lines from wiretape: {self.stderr()}")
+            if self.proc.poll() is not None:
+                raise AssertionError(f"wiretape exited {self.proc.returncode}: {self.stderr()}")
+            chunk = self.proc.stdout.read()
+            if chunk:
+                pending += chunk
+                *done, pending = pending.split(b"\n")
+                for line in done:
+                    name, _, url = line.decode().partition(": ")
+                    self.urls[name] = url
+            else:
+                time.sleep(0.02)
+        os.set_blocking(self.proc.stdout.fileno(), True)
+        return self.urls
+
+    def wait_listening(self, port: int, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"wiretape exited {self.proc.returncode}: {self.stderr()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 20) -> tuple[int, str, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        out, _ = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out.decode(), self.stderr()
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def upstream() -> Iterator[RoutedUpstream]:
+    with RoutedUpstream() as up:
+        yield up
+
+
+@pytest.fixture
+def serve_record(upstream: RoutedUpstream, tmp_path: Path) -> Iterator[tuple[Wiretape, int, Path]]:
+    """``wiretape serve --record`` in front of the upstream on a fixed port."""
+    port, run = free_port(), tmp_path / "served.wtape"
+    wt = Wiretape(tmp_path, "serve", "--record", "--upstream", f"{upstream.url}/v1",
+                  "--port", str(port), "-o", str(run))
+    try:
+        urls = wt.read_urls()
+        assert urls["upstream"] == f"http://127.0.0.1:{port}/v1"
+        yield wt, port, run
+    finally:
+        wt.kill()
+
+
+def stop_and_load(wt: Wiretape, run: Path) -> list:
+    code, _, err = wt.stop(signal.SIGINT)
+    assert code == 0, err
+    with open_run(run) as rf:
+        return rf.exchanges()
+
+
+# --- refused protocols -----------------------------------------------------------------------
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+H2_EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def h2_frames(data: bytes) -> list[tuple[int, bytes]]:
+    frames, pos = [], 0
+    while pos + 9 <= len(data):
+        length = int.from_bytes(data[pos:pos + 3], "big")
+        frames.append((data[pos + 3], data[pos + 9:pos + 9 + length]))
+        pos += 9 + length
+    return frames
+
+
+def test_http2_prior_knowledge_gets_a_goaway_quickly(serve_record, upstream):
+    wt, port, run = serve_record
+    t0 = time.monotonic()
+    with Conn(port, timeout=5) as conn:
+        conn.send(H2_PREFACE + H2_EMPTY_SETTINGS)
+        assert conn.closed_within(5), "the proxy kept an HTTP/2 connection open"
+        elapsed = time.monotonic() - t0
+        frames = h2_frames(conn.buf)
+    assert elapsed < 3
+    goaway = [payload for kind, payload in frames if kind == 0x7]
+    assert len(goaway) == 1, frames
+    assert int.from_bytes(goaway[0][4:8], "big") == 0xD  # HTTP_1_1_REQUIRED
+    assert b"HTTP/1.1" in goaway[0][8:]
+    # and the proxy serves HTTP/1.1 as before
+    with Conn(port) as conn:
+        conn.send(post("/v1/after-h2", {"x": 1}))
+        assert conn.reply().status == 200
+    assert [e.request.target for e in stop_and_load(wt, run)] == [b"/v1/after-h2"]
+    assert [s.target for s in upstream.seen()] == [b"/v1/after-h2"]
+
+
+def test_websocket_upgrade_gets_501(serve_record, upstream):
+    wt, port, run = serve_record
+    with Conn(port, timeout=5) as conn:
+        conn.send(request("GET", "/v1/realtime?model=gpt-4o-realtime", headers=[
+            ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]))
+        reply = conn.reply(b"GET")
+        assert conn.closed_within(5)
+    assert reply.status == 501
+    assert reply.header("x-should-retry") == b"false"
+    assert "WebSocket" in reply.json()["error"]["message"]
+    assert upstream.seen() == []
+    assert stop_and_load(wt, run) == []
+
+
+def test_connect_gets_405(serve_record, upstream):
+    wt, port, run = serve_record
+    with Conn(port, timeout=5) as conn:
+        conn.send(b"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n")
+        reply = conn.reply(b"CONNECT")
+        assert conn.closed_within(5)
+    assert reply.status == 405
+    assert "CONNECT" in reply.json()["error"]["message"]
+    assert upstream.seen() == []
+    assert stop_and_load(wt, run) == []
+
+
+@pytest.mark.parametrize("garbage", [
+    b"THIS IS NOT HTTP AT ALL\r\n\r\n",
+    b"POST /v1/x HTTP/1.1\r\nHost: a\r\nno colon in this header\r\n\r\n",
+    b"POST /v1/x HTTP/1.1\r\nHost: a\r\nContent-Length: twelve\r\n\r\n",
+    b"POST /v1/x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+])
+def test_malformed_request_gets_400_and_other_clients_are_served(serve_record, upstream, garbage):
+    wt, port, run = serve_record
+    with Conn(port) as idle:
+        idle.send(post("/v1/before", {"n": 1}))  # a keep-alive client, open across the bad one
+        assert idle.reply().status == 200
+        with Conn(port, timeout=5) as bad:
+            bad.send(garbage)
+            reply = bad.reply()
+            assert reply.status == 400
+            assert reply.header("x-should-retry") == b"false"
+            assert bad.closed_within(5)
+        idle.send(post("/v1/after", {"n": 2}))
+        assert idle.reply().status == 200
+    with Conn(port) as fresh:
+        fresh.send(post("/v1/fresh", {"n": 3}))
+        assert fresh.reply().status == 200
+    targets = [e.request.target for e in stop_and_load(wt, run)]
+    assert targets == [b"/v1/before", b"/v1/after", b"/v1/fresh"]
+
+
+def test_body_over_max_body_gets_413(upstream, tmp_path):
+    port, run = free_port(), tmp_path / "capped.wtape"
+    wt = Wiretape(tmp_path, "record", "--max-body", "1000", "--port", str(port), "-o", str(run),
+                  "--upstream", f"openai={upstream.url}/v1", "--", "sleep", "60")
+    try:
+        wt.wait_listening(port)
+        with Conn(port, timeout=5) as conn:  # declared too large
+            conn.send(request("POST", "/v1/big", b"x" * 5000, [("Content-Type", "text/plain")]))
+            reply = conn.reply()
+            assert reply.status == 413
+            assert "1000" in reply.json()["error"]["message"]
+        with Conn(port, timeout=5) as conn:  # chunked, grows too large
+            conn.send(b"POST /v1/big-chunked HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      + b"".join(b"190\r\n" + b"y" * 400 + b"\r\n" for _ in range(4)) + b"0\r\n\r\n")
+            assert conn.reply().status == 413
+        with Conn(port, timeout=5) as conn:  # at the cap is fine
+            conn.send(request("POST", "/v1/small", b"z" * 1000, [("Content-Type", "text/plain")]))
+            assert conn.reply().status == 200
+        code, _, err = wt.stop(signal.SIGINT)
+    finally:
+        wt.kill()
+    assert code == 128 + signal.SIGINT, err  # the child's status: SIGINT reached its group
+    assert "recorded" in err
+    with open_run(run) as rf:
+        assert [e.request.target for e in rf.exchanges()] == [b"/v1/small"]
+    assert [s.target for s in upstream.seen()] == [b"/v1/small"]
+
+
+# --- framing ---------------------------------------------------------------------------------
+
+
+def test_keep_alive_several_requests_on_one_connection_all_recorded(serve_record, upstream):
+    wt, port, run = serve_record
+    replies = []
+    with Conn(port) as conn:
+        for i in range(4):
+            conn.send(post(f"/v1/keep/{i}", {"i": i}))
+            replies.append(conn.reply())
+        conn.send(request("POST", "/v1/keep/stream?frames=3&gap_ms=10", b"{}"))
+        replies.append(conn.reply())
+        conn.send(post("/v1/keep/last", {"last": True}))
+        replies.append(conn.reply())
+    assert [r.status for r in replies] == [200] * 6
+    assert len(replies[4].chunks) == 3
+    exchanges = stop_and_load(wt, run)
+    assert [e.request.target for e in exchanges] == [
+        b"/v1/keep/0", b"/v1/keep/1", b"/v1/keep/2", b"/v1/keep/3",
+        b"/v1/keep/stream?frames=3&gap_ms=10", b"/v1/keep/last"]
+    assert len({e.connection_id for e in exchanges}) == 1
+    assert [e.response.body for e in exchanges] == [r.body for r in replies]
+    assert [e.ending.value for e in exchanges] == ["complete"] * 6
+
+
+def test_hop_by_hop_request_headers_are_not_forwarded(serve_record, upstream):
+    wt, port, run = serve_record
+    with Conn(port) as conn:
+        conn.send(post("/v1/hop", {"hop": True}, headers=[
+            ("Connection", "keep-alive, X-Foo"),
+            ("X-Foo", "only-for-the-next-hop"),
+            ("Keep-Alive", "timeout=5, max=100"),
+            ("TE", "trailers"),
+            ("X-End-To-End", "kept"),
+            ("OpenAI-Beta", "realtime=v1"),
+            ("Authorization", "Bearer sk-edges-test"),
+        ]))
+        assert conn.reply().status == 200
+    [seen] = upstream.seen()
+    names = seen.header_names()
+    assert not names & {"x-foo", "keep-alive", "te"}, seen.headers
+    assert b"x-foo" not in (seen.header("connection") or b"").lower()
+    assert seen.header("x-end-to-end") == b"kept"
+    assert seen.header("openai-beta") == b"realtime=v1"
+    assert seen.header("authorization") == b"Bearer sk-edges-test"
+    assert seen.header("content-type") == b"application/json"
+    assert seen.header("host") == upstream.url.removeprefix("http://").encode()
+    assert seen.body == b'{"hop": true}'
+    stop_and_load(wt, run)
+
+
+def test_expect_100_continue(serve_record, upstream):
+    wt, port, run = serve_record
+    body = b'{"expect": "continue"}'
+    with Conn(port, timeout=5) as conn:
+        conn.send(b"POST /v1/expect HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+                  b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        interim = conn.reply()  # before any body byte was sent
+        assert interim.status == 100
+        conn.send(body)
+        final = conn.reply()
+    assert final.status == 200
+    assert final.body == json_answer(b"POST", b"/v1/expect", body)
+    [seen] = upstream.seen()
+    assert seen.body == body
+    assert "expect" not in seen.header_names()
+    [exchange] = stop_and_load(wt, run)
+    assert exchange.request.body == body
+
+
+def test_twenty_concurrent_streams_recorded_and_exact_on_replay(upstream, tmp_path):
+    run = tmp_path / "streams.wtape"
+    command = [sys.executable, str(CLIENTS / "concurrent_streams.py"), "20", "5", "60"]
+    done = subprocess.run([sys.executable, "-m", "wiretape", "record", "-o", str(run),
+                           "--upstream", f"openai={upstream.url}/v1", "--", *command],
+                          cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 20 and all(" 200 5 frames " in line for line in lines), lines
+    with open_run(run) as rf:
+        exchanges = rf.exchanges()
+    assert len(exchanges) == 20
+    assert len({e.connection_id for e in exchanges}) == 20
+    assert all(e.ending.value == "complete" and len(e.response.frames) >= 5 for e in exchanges)
+    # they really were in flight together
+    spans = [(e.started_at_ns, e.started_at_ns + e.duration_ns) for e in exchanges]
+    peak = max(sum(1 for s, t in spans if s <= start < t) for start, _ in spans)
+    assert peak >= 10, peak
+    by_stream = {json.loads(e.request.body)["stream"]: e.response.body for e in exchanges}
+    assert sorted(by_stream) == list(range(20))
+
+    done = subprocess.run([sys.executable, "-m", "wiretape", "replay", str(run), "--json"],
+                          cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    assert out[:20] == lines  # the same 20 streams, byte for byte
+    verdict = json.loads("\n".join(out[20:]))
+    assert (verdict["recorded"], verdict["exact"], verdict["missing"], verdict["unused"]) == (20, 20, 0, 0)
+    assert verdict["pass"] is True
+
+
+# --- the attach forms --------------------------------------------------------------------------
+
+
+def test_serve_record_then_serve_replay(upstream, tmp_path):
+    port, run = free_port(), tmp_path / "attach.wtape"
+    wt = Wiretape(tmp_path, "serve", "--record", "--upstream", f"{upstream.url}/v1",
+                  "--port", str(port), "-o", str(run))
+    try:
+        assert wt.read_urls()["upstream"] == f"http://127.0.0.1:{port}/v1"
+        recorded = []
+        with Conn(port) as conn:
+            conn.send(post("/v1/chat/completions", {"turn": 1}))
+            recorded.append(conn.reply())
+            conn.send(request("POST", "/v1/chat/completions?frames=3&gap_ms=10", b'{"turn": 2}'))
+            recorded.append(conn.reply())
+        time.sleep(0.3)
+        assert wt.proc.poll() is None  # it records until told to stop
+        code, out, err = wt.stop(signal.SIGINT)
+    finally:
+        wt.kill()
+    assert code == 0, err
+    assert "2 exchanges" in err and str(run) in err
+    assert "wiretape: recorded run_" in err
+
+    # replay: the recorded port again, the same answers, the upstream gone
+    upstream_requests = len(upstream.seen())
+    wt = Wiretape(tmp_path, "serve", "--replay", str(run), "--json")
+    try:
+        assert wt.read_urls()["upstream"] == f"http://127.0.0.1:{port}/v1"
+        replayed = []
+        with Conn(port) as conn:
+            conn.send(post("/v1/chat/completions", {"turn": 1}))
+            replayed.append(conn.reply())
+            conn.send(request("POST", "/v1/chat/completions?frames=3&gap_ms=10", b'{"turn": 2}'))
+            replayed.append(conn.reply())
+        assert wt.proc.poll() is None
+        code, out, err = wt.stop(signal.SIGTERM)
+    finally:
+        wt.kill()
+    assert [(r.status, r.body) for r in replayed] == [(r.status, r.body) for r in recorded]
+    assert replayed[1].chunks == recorded[1].chunks
+    assert len(upstream.seen()) == upstream_requests
+    assert code == 0, err
+    assert "wiretape: verdict PASS" in err
+    verdict = json.loads(out[out.index("{"):])
+    assert (verdict["exact"], verdict["recorded"], verdict["unused"]) == (2, 2, 0)
+
+
+def test_serve_replay_strict_stop_rejects_and_exits(upstream, tmp_path):
+    port, run = free_port(), tmp_path / "stop.wtape"
+    wt = Wiretape(tmp_path, "serve", "--record", "--upstream", f"{upstream.url}/v1",
+                  "--port", str(port), "-o", str(run))
+    try:
+        wt.read_urls()
+        with Conn(port) as conn:
+            conn.send(post("/v1/chat/completions", {"turn": 1}))
+            assert conn.reply().status == 200
+        assert wt.stop(signal.SIGINT)[0] == 0
+    finally:
+        wt.kill()
+    wt = Wiretape(tmp_path, "serve", "--replay", str(run), "--port", str(port))
+    try:
+        wt.read_urls()
+        with Conn(port) as conn:
+            conn.send(post("/v1/chat/completions", {"turn": "changed"}))
+            reply = conn.reply()
+        assert reply.status == 400
+        assert reply.header("x-should-retry") == b"false"
+        assert reply.json()["error"]["code"] == "replay_diverged"
+        wt.proc.wait(timeout=15)  # a strict stop ends the server on its own
+        code, _, err = wt.stop()
+    finally:
+        wt.kill()
+    assert code == 3, err
+    assert "wiretape: verdict FAIL (strict)" in err and "diverged 1" in err
+
+
+def stream_times(port: int, target: str, body: bytes) -> tuple[float, list[float], Reply]:
+    with Conn(port, timeout=10) as conn:
+        t0 = time.monotonic()
+        conn.send(request("POST", target, body, [("Content-Type", "application/json")]))
+        reply = conn.reply()
+    return t0, [t - t0 for t in reply.chunk_times], reply
+
+
+def test_pace_recorded_keeps_gaps_pace_fast_does_not_wait(upstream, tmp_path):
+    port, run = free_port(), tmp_path / "paced.wtape"
+    target, body, gap = "/v1/chat/completions?frames=4&gap_ms=300", b'{"pace": 1}', 0.3
+    wt = Wiretape(tmp_path, "serve", "--record", "--upstream", f"{upstream.url}/v1",
+                  "--port", str(port), "-o", str(run))
+    try:
+        wt.read_urls()
+        _, live, recorded = stream_times(port, target, body)
+        assert wt.stop(signal.SIGINT)[0] == 0
+    finally:
+        wt.kill()
+    assert len(live) == 4 and live[-1] >= 4 * gap * 0.9
+    with open_run(run) as rf:
+        [exchange] = rf.exchanges()
+    # when each frame was read from the origin, from the start of the request
+    offsets = [f.offset_ns / 1e9 for f in exchange.response.frames]
+    assert len(offsets) == 4
+    assert all(b - a >= gap * 0.8 for a, b in itertools.pairwise(offsets)), offsets
+
+    def replay(pace: str) -> tuple[list[float], Reply]:
+        wt = Wiretape(tmp_path, "serve", "--replay", str(run), "--pace", pace, "--port", str(port))
+        try:
+            wt.read_urls()
+            _, times, reply = stream_times(port, target, body)
+            assert wt.stop(signal.SIGTERM)[0] == 0
+        finally:
+            wt.kill()
+        return times, reply
+
+    paced, paced_reply = replay("recorded")
+    assert paced_reply.chunks == recorded.chunks
+    assert len(paced) == 4
+    # never early, and late only by a margin: the recorded gaps are reproduced
+    for got, want in zip(paced, offsets):
+        assert want - 0.03 <= got <= want + 0.35, (paced, offsets)
+    assert paced[-1] - paced[0] >= (offsets[-1] - offsets[0]) * 0.8, (paced, offsets)
+
+    fast, fast_reply = replay("fast")
+    assert fast_reply.chunks == recorded.chunks
+    assert fast[-1] < offsets[0], (fast, offsets)  # every frame before the first recorded one
