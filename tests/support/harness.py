@@ -20,17 +20,18 @@ from .raw_upstream import cases_dir, corpus_dir, shared_dir
 __all__ = [
     "CASES",
     "CLIENTS_DIR",
-    "CaseSpec",
     "ENV_VAR",
+    "CaseSpec",
+    "cases_dir",
     "check_observation",
     "child_env",
     "client_cmd",
+    "corpus_dir",
     "corpus_split",
     "parse_observation",
+    "raw_client_cmd",
     "run_direct",
     "shared_dir",
-    "cases_dir",
-    "corpus_dir",
 ]
 
 CLIENTS_DIR = Path(__file__).resolve().parent / "clients"
@@ -115,9 +116,10 @@ CASES: dict[str, CaseSpec] = {
                          "tool_calls": [{"name": "get_weather", "arguments": '{"city":"Paris"}'}]}),
         CaseSpec("B20", "anthropic_stream.py", "anthropic", "",
                  expect={"text": "Moon pulls the",
-                         "exception": {"type": "RemoteProtocolError",
-                                       "message": "peer closed connection without sending "
-                                                  "complete message body (incomplete chunked read)"}}),
+                         "exception": {
+                             "type": "RemoteProtocolError",
+                             "message": "peer closed connection without sending complete "
+                                        "message body (incomplete chunked read)"}}),
         CaseSpec("B22", "openai_chat.py", "openai", "/v1",
                  expect={"text": "Quick.", "exception": None, "statuses": [429, 200]}),
     ]
@@ -132,6 +134,22 @@ B22_NO_RETRY = CaseSpec("B22", "openai_chat.py", "openai", "/v1", args=("--max-r
 def client_cmd(spec: CaseSpec, *extra: str, timing_file: str | os.PathLike | None = None,
                python: str = sys.executable) -> list[str]:
     cmd = [python, str(CLIENTS_DIR / spec.script), str(spec.dir), *spec.args, *extra]
+    if timing_file is not None:
+        cmd += ["--timing-file", str(timing_file)]
+    return cmd
+
+
+def raw_client_cmd(spec: CaseSpec, request: str = "request.http", *,
+                   timing_file: str | os.PathLike | None = None,
+                   python: str = sys.executable) -> list[str]:
+    """The generic httpx client sending a case's raw request file (headers
+    and body as in the file, apart from Host/Content-Length/Connection)."""
+    req = spec.dir / request
+    target = req.read_bytes().split(b"\r\n", 1)[0].split(b" ")[1].decode("latin-1")
+    if not target.startswith(spec.base_path):
+        raise ValueError(f"{req}: target {target} is not under {spec.base_path!r}")
+    cmd = [python, str(CLIENTS_DIR / "raw_http.py"), str(req), "--env", spec.env_var,
+           "--rest", target[len(spec.base_path):]]
     if timing_file is not None:
         cmd += ["--timing-file", str(timing_file)]
     return cmd
@@ -162,7 +180,8 @@ def run_direct(spec: CaseSpec, upstream_url: str, *extra: str,
                timeout: float = 60) -> tuple[dict[str, Any], subprocess.CompletedProcess]:
     """Run a client straight against an upstream (no proxy)."""
     env = child_env(**{spec.env_var: upstream_url.rstrip("/") + spec.base_path})
-    proc = subprocess.run(client_cmd(spec, *extra), env=env, capture_output=True, timeout=timeout)
+    proc = subprocess.run(client_cmd(spec, *extra), env=env, capture_output=True,
+                          timeout=timeout, check=False)
     return parse_observation(proc.stdout), proc
 
 

@@ -36,6 +36,7 @@ Use it as a context manager; it runs its own event loop in a thread::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -46,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
+from typing import Self
 
 __all__ = [
     "HttpMessage",
@@ -197,7 +199,7 @@ class Write:
 
     at_s: float
     data: bytes
-    kind: str  # head | chunk | partial-chunk | terminator | body
+    kind: str  # head | chunk | partial-chunk | terminator | whole (head and body)
     payload: bytes = b""
 
 
@@ -261,9 +263,7 @@ def _case_reply(name: str, req: Path | None, resp: Path, chunks_file: Path | Non
     expected = req.read_bytes() if req else None
     if chunks_file is None:
         end = "close" if _connection_close(msg.headers) else "keep"
-        writes = (Write(0.0, msg.head, "head"), Write(0.0, raw[len(msg.head):], "body", msg.body))
-        if not msg.body and len(raw) == len(msg.head):
-            writes = writes[:1]
+        writes = (Write(0.0, raw, "whole", msg.body),)  # head and body in one write
         return Reply(name, writes, end, msg.status, msg.headers, expected)
 
     plan = json.loads(chunks_file.read_text())
@@ -414,8 +414,8 @@ def fixture_reply(fixture_dir: str | os.PathLike, gap_ms: float = 15.0) -> Reply
             t += gap_ms / 1000.0
             writes.append(Write(t, b"%x\r\n" % len(p) + p + b"\r\n", "chunk", p))
         writes.append(Write(t, b"0\r\n\r\n", "terminator"))
-    elif body:
-        writes.append(Write(0.0, body, "body", body))
+    else:
+        writes = [Write(0.0, head + body, "whole", body)]  # head and body in one write
     end = "close" if _connection_close(headers) else "keep"
     return Reply(fx.name, tuple(writes), end, status, tuple(headers), None)
 
@@ -460,10 +460,17 @@ class ServedExchange:
 class RawUpstream:
     """Serve ``replies`` in order, one per request, over any number of
     connections. A request after the last reply gets a 599 with
-    ``Connection: close`` (and is counted in ``.requests``)."""
+    ``Connection: close`` (and is counted in ``.requests``).
+
+    ``port=0`` picks an ephemeral port; a fixed port lets a test put a
+    sentinel (``RawUpstream([], port=old.port)``) where the upstream was,
+    to prove that nothing reaches it. ``abort``: how a truncated reply ends,
+    ``fin`` (orderly close mid-body: the client sees EOF inside a chunk) or
+    ``rst`` (TCP reset).
+    """
 
     def __init__(self, replies: list[Reply] | Reply, *, repeat: bool = False,
-                 abort: str = "fin") -> None:
+                 abort: str = "fin", port: int = 0) -> None:
         self.replies = [replies] if isinstance(replies, Reply) else list(replies)
         self.repeat = repeat
         self.abort = abort  # fin: orderly close mid-body; rst: send a TCP reset
@@ -471,7 +478,7 @@ class RawUpstream:
         self.served: list[ServedExchange] = []
         self.connections = 0
         self.errors: list[str] = []
-        self.port = 0
+        self.port = port
         self._next = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -495,7 +502,7 @@ class RawUpstream:
 
     # -- lifecycle
 
-    def start(self) -> "RawUpstream":
+    def start(self) -> Self:
         self._thread = threading.Thread(target=self._run, name="raw-upstream", daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
@@ -510,15 +517,13 @@ class RawUpstream:
             return
         if thread.is_alive():
             fut = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
-            try:
+            with contextlib.suppress(Exception):  # best effort
                 fut.result(10)
-            except Exception:  # pragma: no cover - best effort
-                pass
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)
         self._thread = None
 
-    def __enter__(self) -> "RawUpstream":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -541,10 +546,11 @@ class RawUpstream:
         asyncio.set_event_loop(loop)
         try:
             self._server = loop.run_until_complete(
-                asyncio.start_server(self._handle, "127.0.0.1", 0, limit=1 << 22))
+                asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=1 << 22))
             self.port = self._server.sockets[0].getsockname()[1]
-        except BaseException as e:  # pragma: no cover
+        except BaseException as e:  # noqa: BLE001 - re-raised by start()
             self._startup_error = e
+            loop.close()
             self._ready.set()
             return
         self._ready.set()
@@ -579,8 +585,9 @@ class RawUpstream:
                 reply = self._pick()
                 if reply is None:
                     body = b'{"error":{"message":"raw upstream: no scripted reply left"}}'
-                    writer.write(b"HTTP/1.1 599 No Scripted Reply\r\nContent-Type: application/json\r\n"
-                                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                    writer.write(b"HTTP/1.1 599 No Scripted Reply\r\n"
+                                 b"Content-Type: application/json\r\nConnection: close\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
                     await writer.drain()
                     break
                 ex = ServedExchange(reply, req)
@@ -592,14 +599,12 @@ class RawUpstream:
             pass
         except asyncio.CancelledError:
             pass
-        except Exception as e:  # pragma: no cover - surfaced to tests via .errors
+        except Exception as e:  # noqa: BLE001 - surfaced to tests via .errors
             self.errors.append(f"{type(e).__name__}: {e}")
         finally:
             self._tasks.discard(task)
-            try:
+            with contextlib.suppress(Exception):
                 writer.close()
-            except Exception:
-                pass
 
     def _pick(self) -> Reply | None:
         if self._next < len(self.replies):

@@ -24,7 +24,9 @@ import argparse
 import hashlib
 import json
 import os
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -88,16 +90,53 @@ def timing_transport(mod: Any, timing: Timing, *, exact_body: bytes | None = Non
     """
 
     class TimedStream(mod.SyncByteStream):
-        def __init__(self, inner: Any, reads: list) -> None:
+        """Reads the raw body in a thread as soon as bytes arrive, stamping
+        each read, and hands the same chunks (and the same exception, at the
+        same point) to the SDK. Arrival times are thus not delayed by the
+        SDK's own processing of earlier events."""
+
+        def __init__(self, inner: Any, attempt: dict[str, Any]) -> None:
             self._inner = inner
-            self._reads = reads
+            self._attempt = attempt
+            self._reads = attempt["reads"]
+            self._queue: queue.Queue = queue.Queue()
+            self._closed = False
+            self._thread = threading.Thread(target=self._pump, daemon=True)
+            self._thread.start()
+
+        def _pump(self) -> None:
+            digest = hashlib.sha256()
+            n = 0
+            final: tuple[str, Any] = ("end", None)
+            try:
+                for chunk in self._inner:
+                    self._reads.append([time.monotonic_ns(), len(chunk)])
+                    digest.update(chunk)
+                    n += len(chunk)
+                    self._queue.put(("data", chunk))
+                    if self._closed:
+                        break
+            except BaseException as e:  # noqa: BLE001 - re-raised in the consumer, in order
+                self._attempt["raw_error"] = f"{type(e).__name__}: {e}"
+                final = ("error", e)
+            self._attempt["raw_sha256"] = digest.hexdigest()
+            self._attempt["raw_len"] = n
+            self._attempt["t_end_ns"] = time.monotonic_ns()
+            self._queue.put(final)
 
         def __iter__(self):
-            for chunk in self._inner:
-                self._reads.append([time.monotonic_ns(), len(chunk)])
-                yield chunk
+            while True:
+                kind, value = self._queue.get()
+                if kind == "data":
+                    yield value
+                elif kind == "error":
+                    raise value
+                else:
+                    return
 
         def close(self) -> None:
+            self._closed = True
+            self._thread.join(0.5)
             self._inner.close()
 
     class TimedTransport(mod.BaseTransport):
@@ -135,7 +174,11 @@ def timing_transport(mod: Any, timing: Timing, *, exact_body: bytes | None = Non
                 raise
             attempt["t_headers_ns"] = time.monotonic_ns()
             attempt["status"] = resp.status_code
-            resp.stream = TimedStream(resp.stream, attempt["reads"])
+            reason = resp.extensions.get("reason_phrase", b"")
+            attempt["reason"] = reason.decode("latin-1") if isinstance(reason, bytes) else reason
+            attempt["response_headers"] = [[k.decode("latin-1"), v.decode("latin-1")]
+                                           for k, v in resp.headers.raw]
+            resp.stream = TimedStream(resp.stream, attempt)
             return resp
 
         def close(self) -> None:

@@ -12,8 +12,16 @@ import os
 
 import anthropic
 import httpx
-
-from _common import Timing, base_parser, exact_body, emit, exception_info, jsonable, request_json, timing_transport
+from _common import (
+    Timing,
+    base_parser,
+    emit,
+    exact_body,
+    exception_info,
+    jsonable,
+    request_json,
+    timing_transport,
+)
 
 
 def main() -> None:
@@ -23,7 +31,8 @@ def main() -> None:
     timing = Timing()
     client = anthropic.Anthropic(
         api_key=os.environ.get("ANTHROPIC_API_KEY", "sk-ant-test-REDACTED"),
-        http_client=anthropic.DefaultHttpxClient(transport=timing_transport(httpx, timing, exact_body=exact_body(args))),
+        http_client=anthropic.DefaultHttpxClient(
+            transport=timing_transport(httpx, timing, exact_body=exact_body(args))),
     )
     obs = {"client": "anthropic_stream", "text": "", "tool_calls": [], "stop_reason": None,
            "usage": None, "n_events": 0, "event_types": []}
@@ -44,7 +53,7 @@ def main() -> None:
         ]
         obs["stop_reason"] = final.stop_reason
         obs["usage"] = jsonable(final.usage)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the observation reports any failure
         exc = e
     obs["text"] = "".join(text)
     obs["exception"] = exception_info(exc)

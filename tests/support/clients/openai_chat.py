@@ -10,8 +10,16 @@ import os
 
 import httpx2
 import openai
-
-from _common import Timing, base_parser, exact_body, emit, exception_info, jsonable, request_json, timing_transport
+from _common import (
+    Timing,
+    base_parser,
+    emit,
+    exact_body,
+    exception_info,
+    jsonable,
+    request_json,
+    timing_transport,
+)
 
 
 def main() -> None:
@@ -25,7 +33,8 @@ def main() -> None:
         kwargs["max_retries"] = args.max_retries
     client = openai.OpenAI(
         api_key=os.environ.get("OPENAI_API_KEY", "sk-test-REDACTED"),
-        http_client=openai.DefaultHttpxClient(transport=timing_transport(httpx2, timing, exact_body=exact_body(args))),
+        http_client=openai.DefaultHttpxClient(
+            transport=timing_transport(httpx2, timing, exact_body=exact_body(args))),
         **kwargs,
     )
     obs = {"client": "openai_chat", "text": None, "tool_calls": [], "stop_reason": None,
@@ -43,7 +52,7 @@ def main() -> None:
         ]
         obs["stop_reason"] = choice.finish_reason
         obs["usage"] = jsonable(resp.usage)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the observation reports any failure
         exc = e
     obs["exception"] = exception_info(exc)
     obs["statuses"] = [a.get("status") for a in timing.attempts]

@@ -11,8 +11,16 @@ import os
 
 import httpx2
 import openai
-
-from _common import Timing, base_parser, exact_body, emit, exception_info, jsonable, request_json, timing_transport
+from _common import (
+    Timing,
+    base_parser,
+    emit,
+    exact_body,
+    exception_info,
+    jsonable,
+    request_json,
+    timing_transport,
+)
 
 
 def main() -> None:
@@ -21,7 +29,8 @@ def main() -> None:
     timing = Timing()
     client = openai.OpenAI(
         api_key=os.environ.get("OPENAI_API_KEY", "sk-test-REDACTED"),
-        http_client=openai.DefaultHttpxClient(transport=timing_transport(httpx2, timing, exact_body=exact_body(args))),
+        http_client=openai.DefaultHttpxClient(
+            transport=timing_transport(httpx2, timing, exact_body=exact_body(args))),
     )
     text: list[str] = []
     calls: dict[int, dict] = {}
@@ -51,7 +60,7 @@ def main() -> None:
                             c["arguments"] += tc.function.arguments
                 if choice.finish_reason:
                     finish = choice.finish_reason
-    except Exception as e:  # the observation includes the failure
+    except Exception as e:  # noqa: BLE001 - the observation reports any failure
         exc = e
     emit({
         "client": "openai_chat_stream",

@@ -11,8 +11,16 @@ import os
 
 import httpx2
 import openai
-
-from _common import Timing, base_parser, exact_body, emit, exception_info, jsonable, request_json, timing_transport
+from _common import (
+    Timing,
+    base_parser,
+    emit,
+    exact_body,
+    exception_info,
+    jsonable,
+    request_json,
+    timing_transport,
+)
 
 
 def main() -> None:
@@ -22,7 +30,8 @@ def main() -> None:
     timing = Timing()
     client = openai.OpenAI(
         api_key=os.environ.get("OPENAI_API_KEY", "sk-test-REDACTED"),
-        http_client=openai.DefaultHttpxClient(transport=timing_transport(httpx2, timing, exact_body=exact_body(args))),
+        http_client=openai.DefaultHttpxClient(
+            transport=timing_transport(httpx2, timing, exact_body=exact_body(args))),
     )
     obs = {"client": "openai_responses_stream", "text": None, "tool_calls": [],
            "stop_reason": None, "usage": None, "n_events": 0, "event_types": []}
@@ -41,7 +50,7 @@ def main() -> None:
         ]
         obs["stop_reason"] = final.status
         obs["usage"] = jsonable(final.usage)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the observation reports any failure
         exc = e
     obs["exception"] = exception_info(exc)
     emit(obs, timing, args.timing_file)

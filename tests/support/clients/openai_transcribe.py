@@ -6,6 +6,8 @@ request's own boundary is passed in the Content-Type header so the SDK (via
 its HTTP client) produces the same body bytes. ``--request
 request.rerun.http`` sends the same upload with the other boundary;
 ``--flip-byte N`` flips one bit of byte N of the file data (a changed upload).
+The body is always the SDK's own (``--body`` does not apply): with the
+boundary fixed it is byte-identical to the request file.
 """
 
 from __future__ import annotations
@@ -15,8 +17,15 @@ import re
 
 import httpx2
 import openai
-
-from _common import Timing, base_parser, emit, exception_info, jsonable, parse_request_file, timing_transport
+from _common import (
+    Timing,
+    base_parser,
+    emit,
+    exception_info,
+    jsonable,
+    parse_request_file,
+    timing_transport,
+)
 
 
 def parse_multipart(content_type: str, body: bytes) -> tuple[str, list[dict]]:
@@ -75,7 +84,7 @@ def main() -> None:
         obs["n_events"] = 1
         obs["text"] = resp.text
         obs["usage"] = jsonable(getattr(resp, "usage", None))
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the observation reports any failure
         exc = e
     obs["exception"] = exception_info(exc)
     emit(obs, timing, args.timing_file)

@@ -1,10 +1,13 @@
-"""Generic httpx client for a corpus fixture (``fixtures/corpus/<case>``).
+"""Generic httpx client for a corpus fixture (``fixtures/corpus/<case>``) or
+a raw request file (``cases/Bxx/request.http``).
 
-Sends ``request.json``'s method, path and query (as recorded, percent-encoding
-kept), headers and body to ``$ENV_VAR`` + ``--rest`` (the part of the
-recorded path after the origin's base path), streams the response with
-``iter_raw`` (no decoding), and prints the status, reason, headers in order,
-the sha256 and length of the raw body, and the length of every raw frame.
+Sends the recorded method, headers and body (``request.json``, or the raw
+request file) to ``$ENV_VAR`` + ``--rest`` (the recorded path and query,
+percent-encoding kept, after the origin's base path), streams the response
+with ``iter_raw`` (no decoding), and prints the status, reason, headers in
+order, the sha256 and length of the raw body, and the length of every raw
+frame. The process does nothing else while reading, so its read times are
+a clean measure of when bytes arrived.
 
 Header adjustments, and why:
 * ``Host`` is dropped: it names the recorded provider; httpx writes the
@@ -25,29 +28,34 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
 import httpx
-
-from _common import Timing, emit, exception_info, timing_transport
+from _common import Timing, emit, exception_info, parse_request_file, timing_transport
 
 DROP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding"}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("fixture", help="fixture directory (holds request.json)")
+    p.add_argument("source", help="fixture directory (holds request.json), or a raw .http file")
     p.add_argument("--env", default="OPENAI_BASE_URL",
                    help="environment variable that holds the base URL (default OPENAI_BASE_URL)")
     p.add_argument("--rest", required=True,
                    help="path and query to append to the base URL, exactly as to be sent")
     p.add_argument("--timing-file")
     args = p.parse_args()
-    req = json.loads((Path(args.fixture) / "request.json").read_text())
+    src = Path(args.source)
+    if src.is_dir():
+        req = json.loads((src / "request.json").read_text())
+        method = req["method"]
+        headers = [(k, v) for k, v in req["headers"] if k.lower() not in DROP]
+        body = req["body"].encode("utf-8") if req.get("body") is not None else b""
+    else:
+        line, raw_headers, body = parse_request_file(src)
+        method = line.split(b" ")[0].decode("ascii")
+        headers = [(k, v) for k, v in raw_headers if k.lower() not in DROP]
     base = os.environ[args.env].rstrip("/")
-    headers = [(k, v) for k, v in req["headers"] if k.lower() not in DROP]
-    body = req["body"].encode("utf-8") if req.get("body") is not None else b""
     timing = Timing()
     client = httpx.Client(transport=timing_transport(httpx, timing), timeout=60.0)
     obs = {"client": "raw_http", "status": None, "reason": None, "http_version": None,
@@ -58,7 +66,7 @@ def main() -> None:
     frame_h = hashlib.sha256()
     try:
         url = httpx.URL(base + args.rest)
-        request = httpx.Request(req["method"], url, headers=headers, content=body)
+        request = httpx.Request(method, url, headers=headers, content=body)
         resp = client.send(request, stream=True)
         try:
             obs["status"] = resp.status_code
@@ -74,7 +82,7 @@ def main() -> None:
                 obs["body_len"] += len(frame)
         finally:
             resp.close()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the observation reports any failure
         exc = e
     obs["body_sha256"] = h.hexdigest()
     obs["frames_sha256"] = frame_h.hexdigest()
