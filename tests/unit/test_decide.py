@@ -20,7 +20,7 @@ def req(**changes: object) -> Request:
 
 OTHER = req(body=b'{"messages":[{"role":"user","content":"bye"}]}')
 STRICT, DIAG = Policy(Mode.STRICT), Policy(Mode.DIAGNOSTIC)
-SUB = Policy(Mode.STRICT, substitutions=(Substitution(b"/tmp/a", b"/home/u"),))
+SUB = Policy(Mode.STRICT, substitutions=(Substitution(old=b"/home/u", new=b"/tmp/a"),))
 SUB_OK = Policy(Mode.STRICT, substitutions=SUB.substitutions, allow_substitutions=True)
 WITH_PATH = req(body=b'{"p":"/home/u/x"}')
 LIVE_PATH = req(body=b'{"p":"/tmp/a/x"}')
@@ -78,4 +78,4 @@ def test_non_semantic_header_difference_is_listed_not_decisive() -> None:
 
 def test_substitutions_fired_are_counted() -> None:
     decision = decide(LIVE_PATH, [Candidate(0, WITH_PATH)], SUB_OK)
-    assert decision.substitutions_fired == (("/tmp/a", "/home/u", 1),)
+    assert decision.substitutions_fired == (("/home/u", "/tmp/a", 1),)

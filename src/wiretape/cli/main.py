@@ -121,7 +121,8 @@ def _mode(strict: bool, diagnostic: bool) -> Mode:
 @click.option("--pace", type=click.Choice(["fast", "recorded"]), default="fast", show_default=True,
               help="fast: frames as fast as possible (one write each); recorded: recorded timing.")
 @click.option("--substitute", "substitutes", multiple=True, metavar="OLD=NEW",
-              help="Declared substitution applied to live requests before matching. Repeatable.")
+              help="Declared substitution: the recording has OLD where the live run has NEW "
+                   "(literal bytes); counted apart from exact. Repeatable.")
 @click.option("--allow-substitutions", is_flag=True, help="Strict mode accepts substituted requests.")
 @click.option("--port", "ports", multiple=True, metavar="[NAME=]N",
               help="Proxy port for an origin (default: the recorded port when free).")
@@ -304,6 +305,31 @@ def show(run: str, as_json: bool) -> None:
         click.echo(line)
     for line in render.table(render.show_rows(exchanges), render.SHOW_HEADER):
         click.echo(line)
+
+
+@cli.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--json", "as_json", is_flag=True)
+def diff(run_a: str, run_b: str, as_json: bool) -> None:
+    """Compare two recordings exchange by exchange (same method and path, in
+    order): what changed in the prompts between two versions of an agent.
+    Exit status 0 when every request is the same, 1 when any differs.
+
+    \b
+    Example:
+      wiretape diff run_0123456789ab run_ba9876543210
+    """
+    from wiretape.inspect.diff import diff_runs
+
+    with RunFile.open(resolve_run(run_a)) as a, RunFile.open(resolve_run(run_b)) as b:
+        result = diff_runs(a.exchanges(), b.exchanges())
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        for line in render.diff_lines(result, run_a, run_b):
+            click.echo(line)
+    sys.exit(0 if result.differ == 0 and not result.only_a and not result.only_b else 1)
 
 
 @cli.command()

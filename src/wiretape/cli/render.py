@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import click
 
 from wiretape.launch.record import RecordResult
 from wiretape.model import Exchange, RunInfo
@@ -48,8 +50,6 @@ def record_summary(result: RecordResult) -> list[str]:
 
 def verdict_line(v: Verdict) -> str:
     status = "PASS" if v.passed else "FAIL"
-    if v.mode == "diagnostic" and not v.passed:
-        status = "FAIL (diagnostic)"
     outcome = ", ".join(
         f"{name} {'same' if facet.get('same') else 'not compared' if facet.get('same') is None else 'differs'}"
         for name, facet in v.outcome.items() if name != "stopped"
@@ -64,18 +64,67 @@ def verdict_line(v: Verdict) -> str:
     )
 
 
+_KIND_COLOUR = {"diverged": "red", "missing": "red", "substituted": "yellow"}
+
+
+def _clip(text: str, n: int = 100) -> str:
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def explanation_lines(explanation: Mapping[str, Any]) -> list[str]:
+    """The body of one divergence block: first the most useful line, then
+    the numbers, each span with its place, kind and text, then headers."""
+    lines = [click.style("  " + explanation.get("first_line", ""), bold=True)]
+    distance = explanation.get("edit_distance")
+    capped = ">" if explanation.get("edit_distance_capped") else ""
+    lines.append(f"  {explanation.get('bytes_differ', 0)} bytes differ, edit distance "
+                 f"{capped}{distance if distance is not None else '?'}; kinds: "
+                 f"{', '.join(explanation.get('kind_summary', [])) or '-'}")
+    for pair, label in ((explanation.get("method_differs"), "method"),
+                        (explanation.get("target_differs"), "target")):
+        if pair:
+            lines.append(f"  {label}: {pair[0]!r} -> {pair[1]!r}")
+    for span in explanation.get("spans", []):
+        where = span.get("pointer") or f"byte {span.get('offset')}"
+        tool = span.get("tool")
+        about = f", result of {tool.get('name') or '?'} ({tool.get('call_id')})" if tool else ""
+        lines.append(f"  at {where} (offset {span.get('offset')}, {span.get('kind')}, "
+                     f"{span.get('bytes_differ')} bytes{about}):")
+        lines.append("    recorded: " + click.style(_clip(span.get("recorded_context", "")), fg="green"))
+        lines.append("    live:     " + click.style(_clip(span.get("live_context", "")), fg="red"))
+    if explanation.get("spans_omitted"):
+        lines.append(f"  ... and {explanation['spans_omitted']} more differing spans")
+    for diff in explanation.get("header_differences", []):
+        tag = "decides the match" if diff.get("semantic") else "informational"
+        lines.append(f"  header {diff.get('name')} ({tag}): {diff.get('recorded')} -> {diff.get('live')}")
+    return lines
+
+
 def verdict_details(v: Verdict) -> list[str]:
+    """One block per non-exact request, in order, then the unused exchanges."""
     lines = []
     for row in v.requests:
-        if row["kind"] == "exact":
+        kind = row["kind"]
+        if kind == "exact":
             continue
         detail = row.get("detail", {})
         where = f"recorded #{row['seq']}" if row.get("seq") is not None else "no recorded counterpart"
-        fields = ", ".join(detail.get("fields", [])) or "-"
-        lines.append(f"  request {row['index']} {row['method']} {row['target']}: {row['kind']} "
-                     f"({where}; differs in: {fields})")
-    if v.unused_seqs:
-        lines.append("  unused recorded exchanges: " + ", ".join(f"#{s}" for s in v.unused_seqs))
+        served = "served" if row.get("served") else "rejected"
+        head = f"request {row['index']} {row['method']} {row['target']}: {kind} ({where}, {served})"
+        lines.append(click.style(head, fg=_KIND_COLOUR.get(kind), bold=True))
+        for old, new, count in detail.get("substitutions", []):
+            lines.append(f"  substitution {old!r} -> {new!r} fired {count} time(s)")
+        explanation = detail.get("explanation")
+        if explanation:
+            lines.extend(explanation_lines(explanation))
+        elif detail.get("fields"):
+            lines.append("  differs in: " + ", ".join(detail["fields"]))
+    if v.unused_exchanges:
+        lines.append(click.style(f"unused recorded exchanges ({len(v.unused_exchanges)}):", bold=True))
+        for u in v.unused_exchanges:
+            lines.append(f"  #{u['seq']} {u.get('method', '?')} {u.get('target', '?')}: "
+                         f"{u.get('summary', '')}")
     return lines
 
 
@@ -139,3 +188,26 @@ def show_json(info: RunInfo, exchanges: Sequence[Exchange]) -> dict[str, Any]:
             for e in exchanges
         ],
     }
+
+
+def diff_lines(result: Any, name_a: str, name_b: str) -> list[str]:
+    """A run diff for a person: one block per differing pair, then a summary."""
+    lines = []
+    for pair in result.pairs:
+        route = f"{pair.a.request.method.decode()} {pair.a.request.path.decode('latin-1')}"
+        if pair.explanation is None:
+            lines.append(f"#{pair.a.seq} <-> #{pair.b.seq} {route}: same")
+            continue
+        lines.append(click.style(f"#{pair.a.seq} <-> #{pair.b.seq} {route}: differs", fg="red", bold=True))
+        lines.extend(explanation_lines(pair.explanation.to_json()))
+    from wiretape.inspect.summary import request_summary
+
+    for label, name, items in (("only in", name_a, result.only_a), ("only in", name_b, result.only_b)):
+        for e in items:
+            lines.append(click.style(f"#{e.seq} {e.request.method.decode()} "
+                                     f"{e.request.target.decode('latin-1')}: {label} {name}",
+                                     fg="yellow") + f": {request_summary(e.request)}")
+    lines.append(f"wiretape: diff {name_a} -> {name_b}: {len(result.pairs)} paired exchanges, "
+                 f"{result.same} same, {result.differ} differ; {len(result.only_a)} only in "
+                 f"{name_a}, {len(result.only_b)} only in {name_b}")
+    return lines

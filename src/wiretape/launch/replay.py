@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 
 from wiretape.errors import PortInUse, UsageError
 from wiretape.launch.child import Child, resolve_command
+from wiretape.inspect.summary import request_summary
 from wiretape.launch.origins import child_environment
 from wiretape.launch.record import _forward_signals
 from wiretape.model import Origin
@@ -63,12 +64,19 @@ def verdict_of(run: RunFile, replay_id: str | None = None) -> Verdict | None:
         return None
     info = run.info()
     rows = run.replay_requests(chosen["id"])
-    seqs = [e.seq for e in run.exchanges()]
+    exchanges = run.exchanges()
+    seqs = [e.seq for e in exchanges]
+    describe = {
+        e.seq: {"method": e.request.method.decode("latin-1"),
+                "target": e.request.target.decode("latin-1"),
+                "summary": request_summary(e.request)}
+        for e in exchanges
+    }
     return compute(
         run_id=info.run_id, replay_id=chosen["id"], mode=chosen["mode"],
         complete=chosen["ended_at_ns"] is not None, recorded_seqs=seqs, rows=rows,
         allow_substitutions=bool(chosen["settings"].get("allow_substitutions")),
-        outcome=chosen["outcome"] or {},
+        outcome=chosen["outcome"] or {}, describe=describe,
     )
 
 

@@ -20,6 +20,8 @@ from wiretape.matching.regions import Region
 
 #: How far either side of a region a token is looked for.
 WINDOW = 256
+#: A region longer than this is no single token of a known kind.
+MAX_TOKEN = 1024
 #: How far an unrecognised region is grown to whole words, either side.
 WORD_REACH = 40
 
@@ -63,6 +65,8 @@ def _regex(pattern: bytes, accept: Callable[[bytes], bool] | None = None) -> Fin
     compiled = re.compile(pattern)
 
     def find(text: bytes, start: int, end: int) -> Range | None:
+        if end - start > MAX_TOKEN:
+            return None
         # Lookbehinds see the bytes before the window; a token cut by the
         # window's end is as long as the window allows.
         for m in compiled.finditer(text, max(0, start - WINDOW), min(len(text), end + WINDOW)):
@@ -121,6 +125,10 @@ _SLASH = rb"\\?/"
 # Windows: "\" raw, "\\" inside JSON, or "/".
 _WIN_SEP = rb"(?:\\\\|\\|/)"
 _WIN_SEGMENT = rb"[\w.@+~%$()-]+"
+_ASCTIME = _WEEKDAY + rb"\s+" + _MONTH + rb"\s+\d{1,2}\s+\d{2}:\d{2}:\d{2}\s+\d{4}"
+_POSIX_PATH = _SLASH + _SEGMENT + rb"(?:" + _SLASH + _SEGMENT + rb")+(?:" + _SLASH + rb")?"
+_WIN_PATH = _WIN_SEP + rb"(?:" + _WIN_SEGMENT + rb"(?:" + _WIN_SEP + _WIN_SEGMENT + rb")*"
+_WIN_PATH += _WIN_SEP + rb"?)?"
 # 2000-01-01 and 2100-01-01 in epoch seconds: the plausible range.
 _EPOCH_LOW, _EPOCH_HIGH = 946_684_800, 4_102_444_800
 
@@ -130,54 +138,102 @@ RECOGNISERS: tuple[Recogniser, ...] = (
     Recogniser(SpanKind.WHITESPACE, "whitespace", _whitespace),
     # RFC 3339 §5.6 / ISO 8601 extended: date, optional time, fraction and
     # offset; also "2026-11-29 10:00:00,123" (Python logging's asctime).
-    Recogniser(SpanKind.TIMESTAMP, "iso8601", _regex(
-        rb"(?<![0-9])\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
-        rb"(?:[Tt ](?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:[.,]\d{1,9})?)?"
-        rb"(?:[Zz]|[+-](?:[01]\d|2[0-3]):?[0-5]\d)?)?(?![0-9])")),
+    Recogniser(
+        SpanKind.TIMESTAMP,
+        "iso8601",
+        _regex(
+            rb"(?<![0-9])\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
+            rb"(?:[Tt ](?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:[.,]\d{1,9})?)?"
+            rb"(?:[Zz]|[+-](?:[01]\d|2[0-3]):?[0-5]\d)?)?(?![0-9])"
+        ),
+    ),
     # ISO 8601 basic format: 20261129T100000Z.
-    Recogniser(SpanKind.TIMESTAMP, "iso8601-basic", _regex(
-        rb"(?<![0-9])\d{8}T\d{6}(?:[.,]\d{1,9})?(?:Z|[+-]\d{4})?(?![0-9])")),
+    Recogniser(
+        SpanKind.TIMESTAMP,
+        "iso8601-basic",
+        _regex(rb"(?<![0-9])\d{8}T\d{6}(?:[.,]\d{1,9})?(?:Z|[+-]\d{4})?(?![0-9])"),
+    ),
     # RFC 2822 §3.3 date-time (and RFC 9110 §5.6.7 IMF-fixdate): [Sun, ]29
     # Nov 2026 10:00:00 +0000, with the obsolete zone names of §4.3.
-    Recogniser(SpanKind.TIMESTAMP, "rfc2822", _regex(
-        rb"(?<![A-Za-z0-9])(?:" + _WEEKDAY + rb",\s*)?\d{1,2}\s+" + _MONTH + rb"\s+\d{4}\s+"
-        rb"\d{2}:\d{2}(?::\d{2})?(?:\s*(?:[+-]\d{4}|UT|GMT|[ECMP][SD]T|Z))?(?![A-Za-z0-9])")),
+    Recogniser(
+        SpanKind.TIMESTAMP,
+        "rfc2822",
+        _regex(
+            rb"(?<![A-Za-z0-9])(?:" + _WEEKDAY + rb",\s*)?\d{1,2}\s+" + _MONTH + rb"\s+\d{4}\s+"
+            rb"\d{2}:\d{2}(?::\d{2})?(?:\s*(?:[+-]\d{4}|UT|GMT|[ECMP][SD]T|Z))?(?![A-Za-z0-9])"
+        ),
+    ),
     # ANSI C asctime (RFC 9110 §5.6.7, obsolete): Sun Nov 29 10:00:00 2026.
-    Recogniser(SpanKind.TIMESTAMP, "asctime", _regex(
-        rb"(?<![A-Za-z])" + _WEEKDAY + rb"\s+" + _MONTH + rb"\s+\d{1,2}\s+\d{2}:\d{2}:\d{2}\s+\d{4}"
-        rb"(?![0-9])")),
+    Recogniser(
+        SpanKind.TIMESTAMP,
+        "asctime",
+        _regex(rb"(?<![A-Za-z])" + _ASCTIME + rb"(?![0-9])"),
+    ),
     # NCSA Common Log Format: 29/Nov/2026:10:00:00 +0000.
-    Recogniser(SpanKind.TIMESTAMP, "common-log", _regex(
-        rb"(?<![0-9])\d{2}/" + _MONTH + rb"/\d{4}:\d{2}:\d{2}:\d{2}(?:\s[+-]\d{4})?(?![0-9])")),
+    Recogniser(
+        SpanKind.TIMESTAMP,
+        "common-log",
+        _regex(
+            rb"(?<![0-9])\d{2}/" + _MONTH + rb"/\d{4}:\d{2}:\d{2}:\d{2}(?:\s[+-]\d{4})?(?![0-9])"
+        ),
+    ),
     # Unix time in seconds (10 digits, optional fraction) or milliseconds
     # (13 digits), between 2000 and 2100.
-    Recogniser(SpanKind.TIMESTAMP, "epoch-seconds", _regex(
-        rb"(?<![0-9.])\d{10}(?:\.\d{1,9})?(?![0-9])", _epoch(_EPOCH_LOW, _EPOCH_HIGH))),
-    Recogniser(SpanKind.TIMESTAMP, "epoch-milliseconds", _regex(
-        rb"(?<![0-9.])\d{13}(?![0-9])", _epoch(_EPOCH_LOW * 1000, _EPOCH_HIGH * 1000))),
+    Recogniser(
+        SpanKind.TIMESTAMP,
+        "epoch-seconds",
+        _regex(rb"(?<![0-9.])\d{10}(?:\.\d{1,9})?(?![0-9])", _epoch(_EPOCH_LOW, _EPOCH_HIGH)),
+    ),
+    Recogniser(
+        SpanKind.TIMESTAMP,
+        "epoch-milliseconds",
+        _regex(rb"(?<![0-9.])\d{13}(?![0-9])", _epoch(_EPOCH_LOW * 1000, _EPOCH_HIGH * 1000)),
+    ),
     # RFC 9562 §4 UUID string representation, any version.
-    Recogniser(SpanKind.UUID, "uuid", _regex(
-        rb"(?<![0-9A-Fa-f])[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
-        rb"[0-9A-Fa-f]{12}(?![0-9A-Fa-f])")),
+    Recogniser(
+        SpanKind.UUID,
+        "uuid",
+        _regex(
+            rb"(?<![0-9A-Fa-f])[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"
+            rb"[0-9A-Fa-f]{12}(?![0-9A-Fa-f])"
+        ),
+    ),
     # Absolute POSIX path of two segments or more (not a URL's path: not
     # after "host" or ":" or "/").
-    Recogniser(SpanKind.PATH, "posix-path", _regex(
-        rb"(?<![\w.~/\\:-])" + _SLASH + _SEGMENT + rb"(?:" + _SLASH + _SEGMENT + rb")+(?:"
-        + _SLASH + rb")?")),
+    Recogniser(
+        SpanKind.PATH,
+        "posix-path",
+        _regex(rb"(?<![\w.~/\\:-])" + _POSIX_PATH),
+    ),
     # Windows drive path: C:\Users\x, C:\\Users\\x (JSON), C:/Users/x.
-    Recogniser(SpanKind.PATH, "windows-path", _regex(
-        rb"(?<![\w])[A-Za-z]:" + _WIN_SEP + rb"(?:" + _WIN_SEGMENT + rb"(?:" + _WIN_SEP
-        + _WIN_SEGMENT + rb")*" + _WIN_SEP + rb"?)?")),
+    Recogniser(
+        SpanKind.PATH,
+        "windows-path",
+        _regex(rb"(?<![\w])[A-Za-z]:" + _WIN_PATH),
+    ),
     # 16+ hex digits, with an optional word prefix (call_..., req_...).
-    Recogniser(SpanKind.HEX_ID, "hex-id", _regex(
-        rb"(?<![A-Za-z0-9_])(?:[A-Za-z][A-Za-z0-9]*[-_])*[0-9A-Fa-f]{16,}(?![A-Za-z0-9_])",
-        _has_hex_letter_and_digit)),
+    Recogniser(
+        SpanKind.HEX_ID,
+        "hex-id",
+        _regex(
+            rb"(?<![A-Za-z0-9_])(?:[A-Za-z][A-Za-z0-9]*[-_])*[0-9A-Fa-f]{16,}(?![A-Za-z0-9_])",
+            _has_hex_letter_and_digit,
+        ),
+    ),
     # base64url (RFC 4648 §5) tokens and provider ids (chatcmpl-..., msg_...).
-    Recogniser(SpanKind.BASE64_ID, "base64-id", _regex(
-        rb"(?<![A-Za-z0-9_+-])[A-Za-z0-9_+-]{16,}={0,2}(?![A-Za-z0-9_=+-])", _random_looking)),
+    Recogniser(
+        SpanKind.BASE64_ID,
+        "base64-id",
+        _regex(
+            rb"(?<![A-Za-z0-9_+-])[A-Za-z0-9_+-]{16,}={0,2}(?![A-Za-z0-9_=+-])", _random_looking
+        ),
+    ),
     # A JSON number (RFC 8259 §6), or one in text.
-    Recogniser(SpanKind.NUMBER, "number", _regex(
-        rb"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w])(?!\.\d)")),
+    Recogniser(
+        SpanKind.NUMBER,
+        "number",
+        _regex(rb"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?![\w])(?!\.\d)"),
+    ),
 )
 
 _WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
@@ -192,8 +248,14 @@ def _grow_to_words(text: bytes, start: int, end: int) -> Range:
     return start, end
 
 
-def classify(recorded: bytes, live: bytes, region: Region, *, recorded_absent: bool = False,
-             live_absent: bool = False) -> Token:
+def classify(
+    recorded: bytes,
+    live: bytes,
+    region: Region,
+    *,
+    recorded_absent: bool = False,
+    live_absent: bool = False,
+) -> Token:
     """The kind of ``region`` and the token shown on each side. A side
     marked absent (a JSON member added or removed) does not vote."""
     rec_range = None if recorded_absent else (region.rec_start, region.rec_end)

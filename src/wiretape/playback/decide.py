@@ -14,16 +14,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from wiretape.matching.headers import DEFAULT_SEMANTIC_HEADERS
 from wiretape.model import Headers, Request
-
-#: Headers that decide a match (lower-case); others are only listed.
-DEFAULT_SEMANTIC_HEADERS: tuple[bytes, ...] = (
-    b"content-type",
-    b"anthropic-version",
-    b"anthropic-beta",
-    b"openai-beta",
-)
-
 
 class Kind(enum.StrEnum):
     EXACT = "exact"
@@ -39,8 +31,10 @@ class Mode(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Substitution:
-    """A declared replacement of literal bytes ``old`` by ``new``, applied to
-    the live request's target and body before comparing."""
+    """A declared substitution ``old=new``: where the recording has ``old``
+    the live run has ``new`` (a path moved into a sandbox, say). Before
+    comparing, ``new`` is mapped back to ``old`` in the live request's
+    target and body (literal bytes)."""
 
     old: bytes
     new: bytes
@@ -163,14 +157,14 @@ def compare(live: Request, recorded: Request, policy: Policy) -> Comparison:
 def apply_substitutions(
     request: Request, substitutions: Sequence[Substitution]
 ) -> tuple[Request, tuple[tuple[str, str, int], ...]]:
-    """The request with each substitution applied to target and body, and
-    which fired how often as (old, new, count)."""
+    """The live request with each substitution's ``new`` mapped back to its
+    ``old`` in target and body, and which fired how often as (old, new, count)."""
     target, body, fired = request.target, request.body, []
     for sub in substitutions:
-        count = target.count(sub.old) + body.count(sub.old)
+        count = target.count(sub.new) + body.count(sub.new)
         if count:
-            target = target.replace(sub.old, sub.new)
-            body = body.replace(sub.old, sub.new)
+            target = target.replace(sub.new, sub.old)
+            body = body.replace(sub.new, sub.old)
             fired.append((sub.old.decode("utf-8", "replace"), sub.new.decode("utf-8", "replace"), count))
     replaced = Request(request.method, target, request.headers, body, request.http_version)
     return replaced, tuple(fired)

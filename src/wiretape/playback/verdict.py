@@ -37,6 +37,8 @@ class Verdict:
     allow_substitutions: bool
     outcome: Mapping[str, Any] = field(default_factory=dict)
     requests: tuple[Mapping[str, Any], ...] = ()
+    #: per unused exchange: seq, method, target and a one-line summary
+    unused_exchanges: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def reused(self) -> int:
@@ -70,6 +72,7 @@ class Verdict:
             exit_code=self.exit_code,
             unused_seqs=list(self.unused_seqs),
             requests=[dict(r) for r in self.requests],
+            unused_exchanges=[dict(u) for u in self.unused_exchanges],
             outcome=dict(self.outcome),
         )
         data["pass"] = self.passed
@@ -86,9 +89,11 @@ def compute(
     rows: Sequence[Mapping[str, Any]],
     allow_substitutions: bool = False,
     outcome: Mapping[str, Any] | None = None,
+    describe: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> Verdict:
     """Count the rows: each row has ``kind`` and ``seq`` (the recorded
-    exchange it consumed, None for missing)."""
+    exchange it consumed, None for missing). ``describe`` maps a recorded
+    seq to what to show of it when it is unused."""
     counts = {"exact": 0, "substituted": 0, "diverged": 0, "missing": 0}
     used: set[int] = set()
     for row in rows:
@@ -111,4 +116,5 @@ def compute(
         allow_substitutions=allow_substitutions,
         outcome=dict(outcome or {}),
         requests=tuple(rows),
+        unused_exchanges=tuple({"seq": s, **(describe or {}).get(s, {})} for s in unused),
     )

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from wiretape.matching import explain
 from wiretape.model import Ending, Exchange, Request
 from wiretape.playback.decide import Candidate, Decision, Kind, Policy, decide
 from wiretape.playback.pacing import Pace, schedule
@@ -75,6 +76,7 @@ class Replayer:
         self.replay_id = replay_id or new_replay_id()
         self._run = run
         self._tape = Tape.of(exchanges)
+        self._responses = tuple(e.response for e in exchanges if e.response is not None)
         self._policy = policy
         self._pace = pace
         self._idx = itertools.count(0)
@@ -99,6 +101,14 @@ class Replayer:
                 decision = decide(live, self._tape.candidates(), self._policy)
                 if decision.seq is not None:
                     self._tape.consume(decision.seq)
+                detail = decision_detail(decision)
+                if decision.kind in (Kind.DIVERGED, Kind.SUBSTITUTED) and decision.seq is not None:
+                    explanation = await asyncio.to_thread(
+                        explain, self._tape.exchanges[decision.seq].request, live,
+                        recorded_responses=self._responses,
+                        semantic_headers=self._policy.semantic_headers)
+                    detail["explanation"] = explanation.to_json()
+                    detail["body_bytes_differ"] = explanation.bytes_differ
                 row: dict[str, Any] = {
                     "index": next(self._idx),
                     "kind": decision.kind.value,
@@ -106,7 +116,7 @@ class Replayer:
                     "served": decision.serve,
                     "method": live.method.decode("latin-1"),
                     "target": live.target.decode("latin-1"),
-                    "detail": decision_detail(decision),
+                    "detail": detail,
                 }
                 self.rows.append(row)
                 await asyncio.to_thread(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+import httpcore._backends.anyio  # noqa: F401  (loaded here, not on the first forwarded request)
 import httpx
 
 from wiretape.errors import InvalidUpstream

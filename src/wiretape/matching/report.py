@@ -1,0 +1,198 @@
+"""The explanation of a divergence as a value: spans, header differences,
+the one-line summary, and its JSON form (DESIGN.md, "Divergence report").
+
+Owns the shape of the explanation and how its first line is worded. Knows
+nothing of how differences are found, and does not print.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass
+
+from wiretape.matching.kinds import SpanKind
+
+
+@dataclass(frozen=True)
+class ToolRef:
+    """The tool call whose result a span lies in: the call id ("" when the
+    format has none, as Gemini may), the tool's name when known, and the
+    pointer of the tool result itself."""
+
+    call_id: str
+    name: str | None
+    pointer: str
+
+
+@dataclass(frozen=True)
+class Span:
+    """One differing place in the body.
+
+    ``pointer`` is an RFC 6901 JSON pointer when both bodies are JSON, else
+    None; ``offset`` is a byte offset in the live body (for JSON, where the
+    differing value starts; else the first differing byte). ``recorded`` and
+    ``live`` are the differing text, grown to its token and trimmed;
+    ``change`` is ``changed``, or ``added``/``removed`` when a JSON value is
+    on one side only (the other side's text is then empty).
+    """
+
+    pointer: str | None
+    offset: int
+    recorded: str
+    live: str
+    recorded_context: str
+    live_context: str
+    kind: str
+    bytes_differ: int
+    tool: ToolRef | None = None
+    change: str = "changed"
+
+
+@dataclass(frozen=True)
+class HeaderDiff:
+    """A header whose values differ (name lower-case, values in wire order,
+    secrets redacted). Semantic headers decide a match; others are listed."""
+
+    name: str
+    recorded: tuple[str, ...]
+    live: tuple[str, ...]
+    semantic: bool
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """How a live request differs from a recorded one.
+
+    ``bytes_differ`` counts the body bytes between the common prefix and
+    suffix; ``edit_distance`` is the Levenshtein distance of the bodies, or
+    the cap with ``edit_distance_capped``, or None when too large to
+    compute; ``spans_omitted`` counts the spans beyond those listed.
+    """
+
+    bytes_differ: int
+    edit_distance: int | None
+    edit_distance_capped: bool
+    spans: tuple[Span, ...]
+    spans_omitted: int
+    kind_summary: tuple[str, ...]
+    target_differs: tuple[str, str] | None
+    method_differs: tuple[str, str] | None
+    header_differences: tuple[HeaderDiff, ...]
+    first_line: str
+
+    @property
+    def semantic_header_differences(self) -> tuple[HeaderDiff, ...]:
+        return tuple(h for h in self.header_differences if h.semantic)
+
+    @property
+    def informational_header_differences(self) -> tuple[HeaderDiff, ...]:
+        return tuple(h for h in self.header_differences if not h.semantic)
+
+    @property
+    def equal(self) -> bool:
+        """Nothing that decides a match differs (informational headers may)."""
+        return not (
+            self.bytes_differ
+            or self.target_differs
+            or self.method_differs
+            or self.semantic_header_differences
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-safe dict: str, int, bool, None, list and dict only."""
+        out = _jsonable(self)
+        assert isinstance(out, dict)
+        return out
+
+
+def _jsonable(value: object) -> object:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return _jsonable(value.value)
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+#: How each kind is named in a sentence.
+KIND_LABELS: dict[str, str] = {
+    SpanKind.TIMESTAMP: "timestamp",
+    SpanKind.UUID: "UUID",
+    SpanKind.PATH: "absolute path",
+    SpanKind.HEX_ID: "hex id",
+    SpanKind.BASE64_ID: "base64 id",
+    SpanKind.NUMBER: "number",
+    SpanKind.WHITESPACE: "whitespace",
+    SpanKind.KEY_ORDER: "member order",
+    SpanKind.OTHER: "text",
+}
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _where(span: Span) -> str:
+    if span.pointer is None:
+        return f"byte {span.offset}"
+    return span.pointer or "the top level"
+
+
+def _tool_sentence(span: Span, tool: ToolRef) -> str:
+    if tool.name and tool.call_id:
+        who = f"{tool.name} ({tool.call_id})"
+    elif tool.name:
+        who = tool.name
+    else:
+        who = f"tool call {tool.call_id}"
+    return f"the result of {who} differs at {_where(span)}"
+
+
+def _span_sentence(span: Span) -> str:
+    label = KIND_LABELS.get(span.kind, span.kind)
+    if span.change == "added":
+        return f"{label} added at {_where(span)}: {_quoted(span.live)}"
+    if span.change == "removed":
+        return f"{label} removed at {_where(span)}: {_quoted(span.recorded)}"
+    return f"{label} differs at {_where(span)}: {_quoted(span.recorded)} -> {_quoted(span.live)}"
+
+
+def _values(values: tuple[str, ...]) -> str:
+    return _quoted(", ".join(values)) if values else "(absent)"
+
+
+def first_line(
+    spans: tuple[Span, ...],
+    target: tuple[str, str] | None,
+    method: tuple[str, str] | None,
+    headers: tuple[HeaderDiff, ...],
+) -> str:
+    """The most useful single sentence, by precedence: method, target, a
+    span in a tool result (the live tool answered differently), the first
+    span, a semantic header, then informational headers."""
+    if method is not None:
+        return f"method differs: {method[0]} -> {method[1]}"
+    if target is not None:
+        return f"target differs: {target[0]} -> {target[1]}"
+    for span in spans:
+        if span.tool is not None:
+            return _tool_sentence(span, span.tool)
+    if spans:
+        return _span_sentence(spans[0])
+    for header in headers:
+        if header.semantic:
+            before, after = _values(header.recorded), _values(header.live)
+            return f"header {header.name} differs: {before} -> {after}"
+    if headers:
+        return "only informational headers differ: " + ", ".join(h.name for h in headers)
+    return "no difference"
+
+
+def kind_summary(spans: tuple[Span, ...]) -> tuple[str, ...]:
+    """The kinds of the spans, in order of first appearance."""
+    return tuple(dict.fromkeys(span.kind for span in spans))
