@@ -88,3 +88,25 @@ def test_nanobot_changed_workspace_file_is_caught_in_strict_mode(recorded) -> No
     assert v["outcome"]["stopped"]["reason"].startswith("diverged")
     assert v["requests"][1]["kind"] == "diverged"
     assert "body" in v["requests"][1]["detail"]["fields"]
+
+
+def test_nanobot_diagnostic_names_the_tool_whose_result_changed(recorded) -> None:  # type: ignore[no-untyped-def]
+    scene, run, live = recorded
+    assert live.returncode == 0
+    scene.reset()
+    scene.notes.write_text(scene.notes.read_text().replace("PELICAN-42", "HERON-7"))
+    replayed = wiretape("replay", str(run), "--diagnostic", env=scene.env(), cwd=scene.root)
+    assert replayed.returncode == 3, replayed.stderr
+    v = verdict(run, scene.env(), scene.root)
+    diverged = [r for r in v["requests"] if r["kind"] == "diverged"]
+    assert diverged, v["requests"]
+    explanation = diverged[0]["detail"]["explanation"]
+    # The first request after read_file carries its result: messages are
+    # [system, user, assistant(tool_calls), tool] -> the tool message is /messages/3.
+    assert explanation["first_line"].startswith(
+        "the result of read_file (call_fake_1_0) differs at /messages/3/content")
+    span = explanation["spans"][0]
+    assert span["tool"] == {"call_id": "call_fake_1_0", "name": "read_file",
+                            "pointer": "/messages/3"}
+    assert "PELICAN-42" in span["recorded"] and "HERON-7" in span["live"]
+    assert "the result of read_file (call_fake_1_0) differs at /messages/3/content" in replayed.stderr
