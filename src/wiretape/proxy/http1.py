@@ -72,6 +72,8 @@ class ClientConnection:
         self._first_read = True
         self._request: h11.Request | None = None
         self.closed = False
+        #: True while a request is being answered; False between requests.
+        self.busy = False
 
     # -- reading -----------------------------------------------------------
 
@@ -254,6 +256,10 @@ class ClientConnection:
             self.closed = True
             raise ClientGone("client closed the connection")
 
+    def hang_up(self) -> None:
+        """Close the socket now (no await): a pending read sees end of stream."""
+        self._writer.close()
+
     async def close(self) -> None:
         if self.closed:
             return
@@ -288,10 +294,13 @@ async def serve_connection(conn: ClientConnection, handler: Handler) -> None:
                 return
             if request is None:
                 return
+            conn.busy = True
             try:
                 await handler(conn, request)
             except ClientGone:
                 return
+            finally:
+                conn.busy = False
             if not conn.next_cycle():
                 return
     except (ConnectionError, asyncio.IncompleteReadError):

@@ -19,7 +19,7 @@ class Listeners:
 
     def __init__(self, *, max_body: int = DEFAULT_MAX_BODY) -> None:
         self._servers: list[asyncio.Server] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], ClientConnection] = {}
         self._ids = itertools.count(1)
         self.max_body = max_body
 
@@ -44,12 +44,17 @@ class Listeners:
             task = asyncio.current_task()
             if task is not None:
                 task.set_name(f"wiretape-conn-{conn_id}")
-                self._tasks.add(task)
+                self._tasks[task] = conn
             try:
                 await serve_connection(conn, handler_for(conn_id))
+            except asyncio.CancelledError:
+                # Only close() cancels these tasks. Ending normally keeps
+                # CPython 3.11's start_server callback from logging a
+                # spurious CancelledError traceback (it calls exception()).
+                pass
             finally:
                 if task is not None:
-                    self._tasks.discard(task)
+                    self._tasks.pop(task, None)
 
         try:
             server = await asyncio.start_server(on_connect, LOOPBACK, port, reuse_address=True)
@@ -61,9 +66,13 @@ class Listeners:
         return int(server.sockets[0].getsockname()[1])
 
     async def close(self, grace: float = 2.0) -> None:
-        """Stop listening; give open connections ``grace`` seconds, then cancel."""
+        """Stop listening; hang up idle keep-alive connections at once, give
+        those answering a request ``grace`` seconds, then cancel."""
         for server in self._servers:
             server.close()
+        for conn in list(self._tasks.values()):
+            if not conn.busy:
+                conn.hang_up()
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=grace)
             for task in pending:
