@@ -1,6 +1,96 @@
 """wiretape: record an AI agent's provider traffic from outside the agent and
-replay it offline, with a verdict made of numbers."""
+replay it offline, with a verdict made of numbers.
+
+The public API, for a command::
+
+    run = wiretape.record(["python", "agent.py"], upstreams={"openai": URL})
+    verdict = wiretape.replay(run.path)          # a Verdict; verdict.passed
+
+and for an agent in this process (nanobot's SDK, an eval loop)::
+
+    with wiretape.recording(upstream=URL, out="run.wtape") as proxy: ...  # proxy.url
+    with wiretape.replaying("run.wtape") as proxy: ...                    # proxy.verdict
+
+Names are loaded on first use, so ``import wiretape`` stays cheap for the
+command line and the pytest plugin.
+"""
+
+import importlib
+import typing
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+if typing.TYPE_CHECKING:
+    from wiretape.api import Run, record, record_async, replay, replay_async
+    from wiretape.attach import RecordingProxy, ReplayingProxy, recording, replaying
+    from wiretape.errors import (
+        CommandNotFound,
+        InvalidUpstream,
+        PortInUse,
+        RunFileError,
+        RunNotFound,
+        SchemaTooNew,
+        UsageError,
+        WiretapeError,
+    )
+    from wiretape.model import Origin
+    from wiretape.playback.verdict import Verdict
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "CommandNotFound": "wiretape.errors",
+    "InvalidUpstream": "wiretape.errors",
+    "Origin": "wiretape.model",
+    "PortInUse": "wiretape.errors",
+    "RecordingProxy": "wiretape.attach",
+    "ReplayingProxy": "wiretape.attach",
+    "Run": "wiretape.api",
+    "RunFileError": "wiretape.errors",
+    "RunNotFound": "wiretape.errors",
+    "SchemaTooNew": "wiretape.errors",
+    "UsageError": "wiretape.errors",
+    "Verdict": "wiretape.playback.verdict",
+    "WiretapeError": "wiretape.errors",
+    "record": "wiretape.api",
+    "record_async": "wiretape.api",
+    "recording": "wiretape.attach",
+    "replay": "wiretape.api",
+    "replay_async": "wiretape.api",
+    "replaying": "wiretape.attach",
+}
+
+__all__ = [
+    "CommandNotFound",
+    "InvalidUpstream",
+    "Origin",
+    "PortInUse",
+    "RecordingProxy",
+    "ReplayingProxy",
+    "Run",
+    "RunFileError",
+    "RunNotFound",
+    "SchemaTooNew",
+    "UsageError",
+    "Verdict",
+    "WiretapeError",
+    "__version__",
+    "record",
+    "record_async",
+    "recording",
+    "replay",
+    "replay_async",
+    "replaying",
+]
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'wiretape' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

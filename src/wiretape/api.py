@@ -1,0 +1,271 @@
+"""The Python API for a command: record it, replay a run against it, get
+values back.
+
+    run = wiretape.record(["python", "agent.py"], upstreams={"openai": URL})
+    verdict = wiretape.replay(run.path)
+    assert verdict.passed, verdict
+
+Owns turning Python arguments (mappings, strings, paths) into the launch
+layer's settings, running its coroutines (``asyncio.run`` in the plain
+forms), and the :class:`Run` a recording returns. Prints nothing. Must not
+know the command line, the proxy's insides or the run file's schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, TypeVar
+
+from wiretape.errors import UsageError
+from wiretape.model import Origin
+from wiretape.playback.verdict import Verdict
+from wiretape.proxy.http1 import DEFAULT_MAX_BODY
+
+if TYPE_CHECKING:
+    from wiretape.launch.replay import ReplaySettings
+
+__all__ = [
+    "MAX_BODY",
+    "ModeName",
+    "PaceName",
+    "Run",
+    "record",
+    "record_async",
+    "replay",
+    "replay_async",
+]
+
+T = TypeVar("T")
+
+ModeName = Literal["strict", "diagnostic"]
+"""A replay mode: ``strict`` stops at the first mismatch; ``diagnostic`` goes on."""
+
+PaceName = Literal["fast", "recorded"]
+"""How recorded frames are written back: as fast as possible, or with their timing."""
+
+MAX_BODY = DEFAULT_MAX_BODY
+"""The largest request body a proxy accepts by default, in bytes (larger gets 413)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """A finished recording.
+
+    ``path`` is the run file; ``exchanges`` how many request/response pairs
+    it holds; ``body_bytes`` their request and response bodies as they
+    crossed the wire, in bytes; ``duration_s`` the recording's wall time in
+    seconds; ``exit_status`` the command's (None when no command ran);
+    ``stdout``/``stderr`` what it wrote; ``origins`` where each origin was
+    listened for; ``failures`` one line per exchange that did not complete
+    (origin unreachable, cut off, timed out).
+    """
+
+    run_id: str
+    path: Path
+    exchanges: int
+    body_bytes: int
+    duration_s: float
+    exit_status: int | None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    origins: tuple[Origin, ...] = ()
+    failures: tuple[str, ...] = ()
+
+
+class _Keep(io.BytesIO):
+    """Keeps what the agent writes, and passes it on to ``forward`` if given."""
+
+    def __init__(self, forward: BinaryIO | None) -> None:
+        super().__init__()
+        self._forward = forward
+
+    def write(self, data: Any) -> int:
+        if self._forward is not None:
+            self._forward.write(data)
+            self._forward.flush()
+        return super().write(data)
+
+
+def port_pairs(port: int | None, ports: Mapping[str, int] | None) -> list[tuple[str | None, int]]:
+    """``port`` (for the first origin) and ``ports`` (by origin name) as the
+    launch layer's pairs. Raises UsageError for a number outside 0..65535."""
+    pairs: list[tuple[str | None, int]] = [] if port is None else [(None, port)]
+    pairs += list((ports or {}).items())
+    for name, number in pairs:
+        if not isinstance(number, int) or not 0 <= number <= 65535:
+            where = f"ports[{name!r}]" if name else "port"
+            raise UsageError(f"invalid {where}={number!r}: expected an int with 0 <= N <= 65535")
+    return pairs
+
+
+def replay_settings(mode: str, pace: str, substitutions: Mapping[str, str] | None,
+                    allow_substitutions: bool, ports: list[tuple[str | None, int]],
+                    max_body: int) -> ReplaySettings:
+    """The launch layer's settings for a replay. Raises UsageError for an
+    unknown mode or pace."""
+    from wiretape.launch.replay import ReplaySettings
+    from wiretape.playback.decide import Mode, Substitution
+    from wiretape.playback.pacing import Pace
+
+    if mode not in ("strict", "diagnostic"):
+        raise UsageError(f"invalid mode {mode!r}: expected 'strict' or 'diagnostic'")
+    if pace not in ("fast", "recorded"):
+        raise UsageError(f"invalid pace {pace!r}: expected 'fast' or 'recorded'")
+    subs = tuple(Substitution(old.encode(), new.encode())
+                 for old, new in (substitutions or {}).items())
+    return ReplaySettings(mode=Mode(mode), pace=Pace(pace), substitutions=subs,
+                          allow_substitutions=allow_substitutions, ports=tuple(ports),
+                          max_body=max_body)
+
+
+def run_path(run: str | os.PathLike[str]) -> Path:
+    """The run file named by ``run``: a path, or a run id under ``.wiretape/runs``.
+    Raises RunNotFound."""
+    from wiretape.store.locate import resolve_run
+
+    return resolve_run(os.fspath(run))
+
+
+def _run_sync(what: str, coroutine: Coroutine[Any, Any, T]) -> T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    coroutine.close()
+    raise UsageError(f"wiretape.{what}() was called inside a running event loop: "
+                     f"use `await wiretape.{what}_async(...)` there")
+
+
+async def record_async(
+    argv: Sequence[str],
+    *,
+    out: str | os.PathLike[str] | None = None,
+    upstreams: Mapping[str, str] | None = None,
+    port: int | None = None,
+    ports: Mapping[str, int] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    max_body: int = MAX_BODY,
+    stdout: BinaryIO | None = None,
+    stderr: BinaryIO | None = None,
+) -> Run:
+    """Run ``argv`` with its provider base URLs pointed at a recording proxy
+    and return the :class:`Run`.
+
+    ``out``: the run file to write (default ``.wiretape/runs/<run-id>.wtape``;
+    it must not exist). ``upstreams``: origin name to URL, e.g. ``{"openai":
+    "https://api.openai.com/v1"}``; the known origins (openai, anthropic,
+    gemini) are always listened for, with their variables set for the
+    command. ``port``: a fixed proxy port for the first upstream (else
+    openai); ``ports``: fixed ports by origin name; 0 or absent: any free
+    port. ``cwd``: where the command runs (default the current directory).
+    ``stdout``/``stderr``: where the command's output goes as it arrives
+    (default: nowhere); it is kept in the Run either way.
+
+    Raises CommandNotFound, PortInUse, InvalidUpstream, RunFileError (``out``
+    exists or cannot be written), UsageError.
+    """
+    from wiretape.launch.record import record as launch_record
+
+    if isinstance(argv, str) or not argv:
+        raise UsageError("argv must be a non-empty list of strings, e.g. ['python', 'agent.py']")
+    kept_out, kept_err = _Keep(stdout), _Keep(stderr)
+    result = await launch_record(
+        list(argv), out=Path(out) if out is not None else None,
+        upstreams=list((upstreams or {}).items()), ports=port_pairs(port, ports),
+        max_body=max_body, cwd=os.fspath(cwd) if cwd is not None else None,
+        echo_stdout=kept_out, echo_stderr=kept_err)
+    return Run(run_id=result.run_id, path=result.path, exchanges=result.exchanges,
+               body_bytes=result.body_bytes, duration_s=result.duration_s,
+               exit_status=result.exit_status, stdout=kept_out.getvalue(),
+               stderr=kept_err.getvalue(), origins=result.origins,
+               failures=tuple(result.failures))
+
+
+def record(
+    argv: Sequence[str],
+    *,
+    out: str | os.PathLike[str] | None = None,
+    upstreams: Mapping[str, str] | None = None,
+    port: int | None = None,
+    ports: Mapping[str, int] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    max_body: int = MAX_BODY,
+    stdout: BinaryIO | None = None,
+    stderr: BinaryIO | None = None,
+) -> Run:
+    """:func:`record_async` for code without a running event loop (it raises
+    UsageError inside one). Same arguments, result and errors."""
+    return _run_sync("record", record_async(
+        argv, out=out, upstreams=upstreams, port=port, ports=ports, cwd=cwd, max_body=max_body,
+        stdout=stdout, stderr=stderr))
+
+
+async def replay_async(
+    run: str | os.PathLike[str],
+    argv: Sequence[str] | None = None,
+    *,
+    mode: ModeName = "strict",
+    pace: PaceName = "fast",
+    substitutions: Mapping[str, str] | None = None,
+    allow_substitutions: bool = False,
+    port: int | None = None,
+    ports: Mapping[str, int] | None = None,
+    max_body: int = MAX_BODY,
+    stdout: BinaryIO | None = None,
+    stderr: BinaryIO | None = None,
+) -> Verdict:
+    """Replay ``run`` (a run file path or a run id) against ``argv`` with no
+    provider, and return its :class:`~wiretape.Verdict`.
+
+    ``argv`` None reruns the recorded command in the recorded directory;
+    a command given here runs in the current directory. ``mode``: ``strict``
+    stops the command at the first mismatch, ``diagnostic`` serves the
+    nearest recorded answer and goes on. ``substitutions``: ``{OLD: NEW}``,
+    the recording has OLD where this run has NEW (literal text); a request
+    equal only after them counts as substituted, which strict mode accepts
+    only with ``allow_substitutions``. ``port``/``ports``: as in
+    :func:`record_async` (default: each recorded port when free, else any).
+    ``stdout``/``stderr``: where the command's output goes (default: nowhere).
+
+    The verdict is also stored in the run file (``wiretape verdict RUN``).
+    A failing verdict is returned, not raised: check ``verdict.passed``.
+
+    Raises RunNotFound, RunFileError, CommandNotFound, PortInUse, UsageError.
+    """
+    from wiretape.launch.replay import replay as launch_replay
+
+    if isinstance(argv, str):
+        raise UsageError("argv must be a list of strings, e.g. ['python', 'agent.py']")
+    settings = replay_settings(mode, pace, substitutions, allow_substitutions,
+                         port_pairs(port, ports), max_body)
+    verdict: Verdict = await launch_replay(
+        run_path(run), list(argv) if argv else None, settings,
+        echo_stdout=_Keep(stdout), echo_stderr=_Keep(stderr))
+    return verdict
+
+
+def replay(
+    run: str | os.PathLike[str],
+    argv: Sequence[str] | None = None,
+    *,
+    mode: ModeName = "strict",
+    pace: PaceName = "fast",
+    substitutions: Mapping[str, str] | None = None,
+    allow_substitutions: bool = False,
+    port: int | None = None,
+    ports: Mapping[str, int] | None = None,
+    max_body: int = MAX_BODY,
+    stdout: BinaryIO | None = None,
+    stderr: BinaryIO | None = None,
+) -> Verdict:
+    """:func:`replay_async` for code without a running event loop (it raises
+    UsageError inside one). Same arguments, result and errors."""
+    return _run_sync("replay", replay_async(
+        run, argv, mode=mode, pace=pace, substitutions=substitutions,
+        allow_substitutions=allow_substitutions, port=port, ports=ports, max_body=max_body,
+        stdout=stdout, stderr=stderr))
