@@ -13,11 +13,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# System packages the tests drive for real (curl); installed with apt-get when missing.
+# System packages the tests drive for real, installed with apt-get when missing:
+# curl (required) and faketime (libfaketime, for `--clock recorded`; without it
+# those tests skip, so a user who is not root only gets a note).
 system:
 	@command -v curl >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq curl; \
 	  else echo "curl is missing: install it (apt-get install curl)"; exit 1; fi; }
+	@command -v faketime >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq faketime; \
+	  else echo "note: faketime is missing, --clock recorded will not work (apt-get install faketime)"; fi; }
+	@# chromium: the HTML report test opens the page in it (skipped, with a note, without it)
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	  else echo "note: chromium is missing, the report test will be skipped (apt-get install chromium)"; fi; }
 
 demo: $(STAMP)
 	$(BIN)/wiretape demo

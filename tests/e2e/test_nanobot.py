@@ -18,6 +18,7 @@ from pathlib import Path
 import nanobot_support as ns
 import pytest
 
+from wiretape.launch import mountns
 from wiretape.testing import FakeProvider
 
 pytestmark = pytest.mark.timeout(240)
@@ -39,16 +40,32 @@ def verdict(run: Path, env: dict[str, str], cwd: Path) -> dict[str, object]:
     return json.loads(out.stdout)
 
 
-@pytest.fixture
-def recorded(tmp_path: Path) -> tuple[ns.NanobotScene, Path, subprocess.CompletedProcess[str]]:
+def record_scene(tmp_path: Path, *snapshot: str) -> tuple[ns.NanobotScene, Path, subprocess.CompletedProcess[str]]:
     port = free_port()
     run = tmp_path / "nanobot.wtape"
     with FakeProvider(ns.session_script()) as fp:
         scene = ns.make_scene(tmp_path / "scene", f"http://127.0.0.1:{port}/v1")
+        # Only the workspace is snapshotted: nanobot's config directory holds
+        # session files stamped with the time, which the scene resets itself.
         result = wiretape("record", "-o", str(run), "--upstream", f"custom={fp.url}/v1",
-                          "--port", str(port), "--", *scene.argv(), env=scene.env(), cwd=scene.root)
+                          "--port", str(port),
+                          *(snapshot or ("--snapshot", str(scene.workspace))), "--",
+                          *scene.argv(), env=scene.env(), cwd=scene.root)
         assert len(fp.requests) == 4
     return scene, run, result
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> tuple[ns.NanobotScene, Path, subprocess.CompletedProcess[str]]:
+    """A session recorded with its workspace snapshotted: replays restore it."""
+    return record_scene(tmp_path)
+
+
+@pytest.fixture
+def recorded_live(tmp_path: Path) -> tuple[ns.NanobotScene, Path, subprocess.CompletedProcess[str]]:
+    """A session recorded without a snapshot: replays run against the live
+    workspace, so a file changed there reaches the agent's tool."""
+    return record_scene(tmp_path, "--no-snapshot")
 
 
 def test_nanobot_session_recorded_then_replayed_offline(recorded) -> None:  # type: ignore[no-untyped-def]
@@ -71,10 +88,34 @@ def test_nanobot_session_recorded_then_replayed_offline(recorded) -> None:  # ty
     assert replayed.stdout == live.stdout
     v = verdict(run, scene.env(), scene.root)
     assert (v["recorded"], v["exact"], v["missing"], v["unused"], v["pass"]) == (4, 4, 0, 0, True)
+    assert v["outcome"]["files"]["same"] is True
+    assert v["outcome"]["sandbox"]["paths"] == ("same-paths" if same_paths_here() else "mapped")
 
 
-def test_nanobot_changed_workspace_file_is_caught_in_strict_mode(recorded) -> None:  # type: ignore[no-untyped-def]
+def test_nanobot_replay_restores_the_workspace_and_leaves_the_original_alone(recorded) -> None:  # type: ignore[no-untyped-def]
+    """The config names the workspace by absolute path; the replay restores
+    the recorded workspace into a sandbox shown at that path, so the agent
+    reads the recorded file, and the user's workspace is left byte-identical
+    (here: changed after recording, and still changed afterwards)."""
     scene, run, live = recorded
+    if not same_paths_here():
+        pytest.skip("mount namespaces are not available here: " + mountns.available()[1])
+    scene.reset()  # a fresh config directory: no session history is resent
+    scene.notes.write_text("edited after recording\n")
+    before = {p: p.read_bytes() for p in scene.workspace.rglob("*") if p.is_file()}
+    replayed = wiretape("replay", str(run), env=scene.env(), cwd=scene.root)
+    assert replayed.returncode == 0, replayed.stderr
+    assert ns.final_answer(replayed.stdout) == ns.final_answer(live.stdout)
+    after = {p: p.read_bytes() for p in scene.workspace.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def same_paths_here() -> bool:
+    return mountns.available()[0]
+
+
+def test_nanobot_changed_workspace_file_is_caught_in_strict_mode(recorded_live) -> None:  # type: ignore[no-untyped-def]
+    scene, run, live = recorded_live
     assert live.returncode == 0
     scene.reset()
     scene.notes.write_text(scene.notes.read_text().replace("PELICAN-42", "HERON-7"))
@@ -90,8 +131,8 @@ def test_nanobot_changed_workspace_file_is_caught_in_strict_mode(recorded) -> No
     assert "body" in v["requests"][1]["detail"]["fields"]
 
 
-def test_nanobot_diagnostic_names_the_tool_whose_result_changed(recorded) -> None:  # type: ignore[no-untyped-def]
-    scene, run, live = recorded
+def test_nanobot_diagnostic_names_the_tool_whose_result_changed(recorded_live) -> None:  # type: ignore[no-untyped-def]
+    scene, run, live = recorded_live
     assert live.returncode == 0
     scene.reset()
     scene.notes.write_text(scene.notes.read_text().replace("PELICAN-42", "HERON-7"))

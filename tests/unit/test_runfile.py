@@ -98,3 +98,31 @@ def test_create_refuses_to_overwrite(tmp_path: Path) -> None:
     with pytest.raises(RunFileError, match="already exists"):
         RunFile.create(tmp_path / "r.wtape", INFO)
     assert (tmp_path / "r.wtape").read_bytes() == b"precious"
+
+
+def test_a_version_1_file_migrates_to_the_current_schema(tmp_path: Path) -> None:
+    run = RunFile.create(tmp_path / "v1.wtape", INFO)
+    run.write_exchange(exchange(0, b"{}"))
+    run.close(compact=True)
+    db = sqlite3.connect(tmp_path / "v1.wtape")  # make it what version 1 wrote
+    db.executescript("DROP TABLE snapshots; DROP TABLE snapshot_entries; DROP TABLE outcome_changes;")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    with open_run(tmp_path / "v1.wtape") as migrated:
+        assert migrated.exchanges() == [exchange(0, b"{}")]
+        assert migrated.snapshots() == [] and migrated.outcome_changes() == {}
+    db = sqlite3.connect(tmp_path / "v1.wtape")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+
+
+def test_snapshots_round_trip(tmp_path: Path) -> None:
+    from wiretape.snapshot.tree import Entry
+
+    entries = [Entry("a.txt", "file", 0o644, b"hello"), Entry("d", "dir", 0o755),
+               Entry("d/link", "symlink", 0o777, link="../a.txt")]
+    run = RunFile.create(tmp_path / "s.wtape", INFO)
+    sid = run.add_snapshot("/orig", entries)
+    run.close(compact=True)
+    with open_run(tmp_path / "s.wtape") as again:
+        assert again.snapshots() == [(sid, "/orig", sorted(entries, key=lambda e: e.path))]

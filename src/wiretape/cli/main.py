@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from wiretape.playback.decide import Mode, Substitution
 from wiretape.playback.pacing import Pace
 from wiretape.playback.verdict import EXIT_USAGE
 from wiretape.proxy.http1 import DEFAULT_MAX_BODY
+from wiretape.snapshot.tree import DEFAULT_MAX_BYTES as DEFAULT_SNAPSHOT_MAX
 from wiretape.store.locate import resolve_run, runs_dir
 from wiretape.store.runfile import RunFile
 
@@ -89,8 +91,15 @@ def cli() -> None:
               help="Fixed proxy port for an origin (default: the first --upstream, else openai).")
 @click.option("--max-body", type=int, default=DEFAULT_MAX_BODY, show_default=True,
               help="Largest request body accepted, in bytes; larger gets 413.")
+@click.option("--snapshot", "snapshot_paths", multiple=True, metavar="PATH",
+              help="Tree to snapshot before the agent starts (default: the working directory; "
+                   "~ allowed). Repeatable.")
+@click.option("--no-snapshot", is_flag=True, help="Snapshot nothing.")
+@click.option("--snapshot-max", type=int, default=DEFAULT_SNAPSHOT_MAX, show_default=True,
+              help="Largest total snapshot, in bytes; larger is refused.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...], max_body: int,
+           snapshot_paths: tuple[str, ...], no_snapshot: bool, snapshot_max: int,
            command: tuple[str, ...]) -> None:
     """Run COMMAND with its provider base URLs pointed at a recording proxy.
 
@@ -101,8 +110,12 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
     """
     from wiretape.launch.record import record as do_record
 
+    if no_snapshot and snapshot_paths:
+        raise UsageError("--snapshot and --no-snapshot exclude each other")
+    snapshots = [] if no_snapshot else [Path(p) for p in snapshot_paths] or None
     result = asyncio.run(do_record(list(command), out=out, upstreams=parse_pairs(upstreams, "--upstream"),
-                                   ports=_ports(ports), max_body=max_body))
+                                   ports=_ports(ports), max_body=max_body, snapshots=snapshots,
+                                   snapshot_max=snapshot_max))
     for line in render.record_summary(result):
         _say(line)
     sys.exit(result.exit_status if result.exit_status is not None else 0)
@@ -127,10 +140,14 @@ def _mode(strict: bool, diagnostic: bool) -> Mode:
 @click.option("--port", "ports", multiple=True, metavar="[NAME=]N",
               help="Proxy port for an origin (default: the recorded port when free).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
+@click.option("--keep", is_flag=True, help="Keep the sandbox directory afterwards.")
+@click.option("--same-paths/--no-same-paths", default=None,
+              help="Show the sandbox at the original paths (default where Linux allows it), "
+                   "or map paths into it (a declared substitution).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tuple[str, ...],
-           allow_substitutions: bool, ports: tuple[str, ...], as_json: bool,
-           command: tuple[str, ...]) -> None:
+           allow_substitutions: bool, ports: tuple[str, ...], as_json: bool, keep: bool,
+           same_paths: bool | None, command: tuple[str, ...]) -> None:
     """Replay RUN (a run id or file) against COMMAND with no provider.
 
     Without COMMAND the recorded command runs again in the recorded
@@ -146,7 +163,8 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
 
     settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace),
                               substitutions=_substitutions(substitutes),
-                              allow_substitutions=allow_substitutions, ports=tuple(_ports(ports)))
+                              allow_substitutions=allow_substitutions, ports=tuple(_ports(ports)),
+                              keep=keep, same_paths=same_paths)
     path = resolve_run(run)
     verdict = asyncio.run(do_replay(path, list(command) or None, settings))
     _say(render.verdict_line(verdict))
@@ -286,28 +304,6 @@ def ls_runs(as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("run")
-@click.option("--json", "as_json", is_flag=True)
-def show(run: str, as_json: bool) -> None:
-    """Show RUN's exchanges as a table.
-
-    \b
-    Example:
-      wiretape show run_0123456789ab
-    """
-    path = resolve_run(run)
-    with RunFile.open(path) as rf:
-        info, exchanges = rf.info(), rf.exchanges()
-    if as_json:
-        click.echo(json.dumps(render.show_json(info, exchanges), indent=2))
-        return
-    for line in render.run_heading(info, str(path)):
-        click.echo(line)
-    for line in render.table(render.show_rows(exchanges), render.SHOW_HEADER):
-        click.echo(line)
-
-
-@cli.command()
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option("--json", "as_json", is_flag=True)
@@ -348,6 +344,12 @@ def demo(keep_dir: Path | None) -> None:
     sys.exit(run_demo(keep_dir, _say))
 
 
+# Showing what an agent did: show, report, export, import.
+from wiretape.cli import inspect_cmds
+
+inspect_cmds.register(cli)
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False, prog_name="wiretape")
@@ -359,5 +361,8 @@ def main() -> None:
         sys.exit(EXIT_USAGE)
     except WiretapeError as exc:
         _fail(exc)
+    except sqlite3.DatabaseError as exc:  # a damaged page met where no run file is named
+        _say(f"wiretape: error: a run file is damaged ({exc}): it cannot be read")
+        sys.exit(EXIT_USAGE)
     except SystemExit:
         raise

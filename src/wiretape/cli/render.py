@@ -52,7 +52,7 @@ def verdict_line(v: Verdict) -> str:
     status = "PASS" if v.passed else "FAIL"
     outcome = ", ".join(
         f"{name} {'same' if facet.get('same') else 'not compared' if facet.get('same') is None else 'differs'}"
-        for name, facet in v.outcome.items() if name != "stopped"
+        for name, facet in v.outcome.items() if name in ("exit_status", "stdout", "files")
     ) or "not compared"
     extra = "" if v.complete else " [replay did not finish]"
     stopped = v.outcome.get("stopped", {}).get("reason") if v.outcome else None
@@ -120,6 +120,25 @@ def verdict_details(v: Verdict) -> list[str]:
             lines.extend(explanation_lines(explanation))
         elif detail.get("fields"):
             lines.append("  differs in: " + ", ".join(detail["fields"]))
+    files = v.outcome.get("files", {}) if v.outcome else {}
+    for d in files.get("differing", []):
+        lines.append(click.style(f"file {d['path']}: recorded {d['recorded']}, replay {d['replayed']}",
+                                 fg="yellow", bold=True))
+        for label in ("recorded_diff", "replayed_diff"):
+            if d.get(label):
+                lines.append(f"  {label.split('_')[0]} change:")
+                lines.extend("    " + line for line in d[label].splitlines()[:12])
+    if files.get("differing_count", 0) > len(files.get("differing", [])):
+        lines.append(f"  ... and {files['differing_count'] - len(files['differing'])} more files")
+    stdout = v.outcome.get("stdout", {}) if v.outcome else {}
+    if stdout.get("same") is False and stdout.get("diff"):
+        lines.append(click.style("stdout differs:", fg="yellow", bold=True))
+        lines.extend("  " + line for line in stdout["diff"].splitlines()[:20])
+    sandbox = v.outcome.get("sandbox", {}) if v.outcome else {}
+    for note in sandbox.get("notes", []):
+        lines.append(note)
+    if sandbox.get("kept"):
+        lines.append(f"wiretape: sandbox kept at {sandbox['kept']}")
     if v.unused_exchanges:
         lines.append(click.style(f"unused recorded exchanges ({len(v.unused_exchanges)}):", bold=True))
         for u in v.unused_exchanges:

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from wiretape import __version__
-from wiretape.errors import RunFileError
+from wiretape.errors import RunFileError, UsageError
 from wiretape.launch.child import Child, resolve_command
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins, proxy_url
 from wiretape.model import Origin, RunInfo
+from wiretape.snapshot.tree import DEFAULT_MAX_BYTES, Entry, compare, walk
 from wiretape.proxy.http1 import DEFAULT_MAX_BODY
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
@@ -79,8 +80,15 @@ async def record(
     echo_stderr: BinaryIO | None = None,
     on_listening: Callable[[list[Origin]], None] | None = None,
     until: asyncio.Event | None = None,
+    snapshots: Sequence[Path] | None = None,
+    snapshot_max: int = DEFAULT_MAX_BYTES,
 ) -> RecordResult:
     """Record ``argv`` (or, with ``argv`` None, serve until ``until`` is set).
+
+    ``snapshots``: trees to snapshot before the child starts (None: the
+    working directory when a command is run; ``[]``: none), together at most
+    ``snapshot_max`` bytes; after the child exits, what it changed in them
+    is stored as the outcome.
 
     Returns the RecordResult; the child's exit status is in it. Raises
     CommandNotFound, PortInUse, InvalidUpstream, UsageError, RunFileError.
@@ -93,6 +101,8 @@ async def record(
     path = Path(out) if out is not None else runs_dir() / f"{run_id}.wtape"
     if path.exists():
         raise RunFileError(path, "it already exists; choose another -o path")
+    roots = [Path(cwd)] if snapshots is None and argv is not None else list(snapshots or [])
+    taken = take_snapshots(roots, exclude=_store_paths(path), max_bytes=snapshot_max)
     listeners = Listeners(max_body=max_body)
     recorder_ref: list[Recorder] = []
     try:
@@ -110,6 +120,7 @@ async def record(
     except BaseException:
         await listeners.close()
         raise
+    snapshot_ids = [(run.add_snapshot(str(root), entries), root, entries) for root, entries in taken]
     recorder = Recorder(run)
     recorder_ref.append(recorder)
     if on_listening is not None:
@@ -131,10 +142,37 @@ async def record(
         await listeners.close()
         await recorder.aclose()
         run.finish(exit_status, stdout, stderr)
+        for snapshot_id, root, entries in snapshot_ids:
+            after = {e.path: e for e in walk(root, exclude=_store_paths(path))}
+            run.set_outcome_changes(snapshot_id, compare({e.path: e for e in entries}, after))
         exchanges, body_bytes = run.exchange_count(), run.body_bytes()
         run.close(compact=True)
     return RecordResult(run_id, path, exchanges, body_bytes, time.monotonic() - t0, exit_status,
                         tuple(origins), recorder.stats.failures)
+
+
+def _store_paths(run_path: Path) -> frozenset[Path]:
+    """What a snapshot never includes: the store and the run file itself."""
+    base = run_path.resolve()
+    return frozenset({runs_dir().parent.resolve(), base, Path(str(base) + "-wal"),
+                      Path(str(base) + "-shm"), Path(str(base) + "-journal")})
+
+
+def take_snapshots(roots: Sequence[Path], *, exclude: frozenset[Path],
+                   max_bytes: int) -> list[tuple[Path, list[Entry]]]:
+    """Read each tree (``~`` expanded, made absolute). Raises UsageError for
+    a missing tree or one over the size limit (counted over all trees)."""
+    out: list[tuple[Path, list[Entry]]] = []
+    left = max_bytes
+    for raw in roots:
+        root = Path(os.path.expanduser(str(raw))).absolute()
+        if not root.is_dir():
+            raise UsageError(f"cannot snapshot {raw}: it is not a directory (give an existing "
+                             "folder with --snapshot, or --no-snapshot)")
+        entries = list(walk(root, exclude=exclude, max_bytes=left))
+        left -= sum(len(e.data) for e in entries)
+        out.append((root, entries))
+    return out
 
 
 @contextlib.contextmanager

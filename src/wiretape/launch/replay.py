@@ -6,6 +6,7 @@ stored. No upstream client exists on this path.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from wiretape.errors import PortInUse, UsageError
+from wiretape.launch import mountns
 from wiretape.launch.child import Child, resolve_command
 from wiretape.inspect.summary import request_summary
+from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet
 from wiretape.launch.origins import child_environment
 from wiretape.launch.record import _forward_signals
 from wiretape.model import Origin
@@ -37,6 +40,8 @@ class ReplaySettings:
     allow_substitutions: bool = False
     ports: tuple[tuple[str | None, int], ...] = ()
     max_body: int = DEFAULT_MAX_BODY
+    keep: bool = False  # keep the sandbox directory after the replay
+    same_paths: bool | None = None  # None: where Linux allows it
 
 
 def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: int | None,
@@ -48,9 +53,19 @@ def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: i
         "exit_status": {"same": recorded_exit == exit_status, "recorded": recorded_exit,
                         "replayed": exit_status},
         "stdout": {"same": recorded_stdout == stdout, "recorded_bytes": len(recorded_stdout),
-                   "replayed_bytes": len(stdout)},
+                   "replayed_bytes": len(stdout), "diff": _short_diff(recorded_stdout, stdout)},
         "files": {"same": None, "note": "no snapshot was taken"},
     }
+
+
+def _short_diff(recorded: bytes, replayed: bytes, limit: int = 2000) -> str:
+    if recorded == replayed:
+        return ""
+    lines = difflib.unified_diff(recorded.decode("utf-8", "replace").splitlines(keepends=True),
+                                 replayed.decode("utf-8", "replace").splitlines(keepends=True),
+                                 fromfile="recorded stdout", tofile="replayed stdout", n=1)
+    text = "".join(lines)
+    return text if len(text) <= limit else text[:limit] + "\n... (cut)\n"
 
 
 def verdict_of(run: RunFile, replay_id: str | None = None) -> Verdict | None:
@@ -117,6 +132,52 @@ async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer:
     return bound
 
 
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How the agent is started against the sandbox: ``mode`` is
+    ``same-paths``, ``mapped`` or ``none`` (no snapshot)."""
+
+    argv: list[str]
+    cwd: str
+    mode: str
+    substitutions: tuple[Substitution, ...] = ()
+    notes: tuple[str, ...] = ()
+    sandbox: Sandbox | None = None
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        if self.sandbox is None:
+            return env
+        if self.mode == "same-paths":
+            return {**env, "PWD": self.cwd}
+        return self.sandbox.env(env)
+
+
+def plan_launch(sandbox: Sandbox | None, settings: ReplaySettings, argv: Sequence[str],
+                cwd: str) -> LaunchPlan:
+    """Show the sandbox to the agent at the original paths where the
+    system allows it (or when asked), else map paths into it."""
+    if sandbox is None:
+        return LaunchPlan(list(argv), cwd, "none",
+                          notes=("no snapshot was taken: the agent ran against the live files",))
+    if settings.same_paths is not False:
+        works, why = mountns.available()
+        missing = [c.original for c in sandbox.copies if not c.original.is_dir()]
+        if works and not missing:
+            return LaunchPlan(mountns.wrap(sandbox.binds(), argv), cwd, "same-paths",
+                              sandbox=sandbox)
+        reason = why if not works else f"{missing[0]} does not exist here"
+        if settings.same_paths:
+            raise UsageError(f"cannot show the sandbox at the original paths ({reason}): "
+                             "replay with --no-same-paths")
+        notes: tuple[str, ...] = (f"wiretape: same paths are not available ({reason})",
+                                  MAPPING_WARNING)
+    else:
+        notes = (MAPPING_WARNING,)
+    return LaunchPlan(
+        [sandbox.map_arg(a) for a in argv], sandbox.map_path(cwd), "mapped",
+        substitutions=sandbox.substitutions(), notes=notes, sandbox=sandbox)
+
+
 async def replay(
     path: Path,
     argv: Sequence[str] | None,
@@ -135,6 +196,7 @@ async def replay(
     """
     run = RunFile.open(path)
     run.prepare_for_writes()
+    sandbox: Sandbox | None = None
     try:
         info = run.info()
         exchanges = run.exchanges()
@@ -144,10 +206,21 @@ async def replay(
             if not command:
                 raise UsageError(f"run {info.run_id} was recorded with `serve`, so it has no "
                                  "command to rerun: give one after --")
-            if not argv and not os.path.isdir(cwd):
+        snapshots = run.snapshots() if until is None else []
+        sandbox = (Sandbox.restore(snapshots, source=path, home=os.environ.get("HOME"))
+                   if snapshots else None)
+        if until is None:
+            # The agent's own command is checked where it will run: in the
+            # sandbox copy of its working directory, when there is one.
+            where = sandbox.map_path(cwd) if sandbox is not None else cwd
+            if not os.path.isdir(where):
                 raise UsageError(f"the recorded working directory {cwd} does not exist: "
                                  "give the command after -- to run it here")
-            resolve_command(command, cwd)
+            resolve_command(command, where)
+        launch = plan_launch(sandbox, settings, command if until is None else [], cwd)
+        cwd = launch.cwd
+        if until is None:
+            command = launch.argv
         listeners = Listeners(max_body=settings.max_body)
         stop_event = until or asyncio.Event()
         child_box: list[Child] = []
@@ -161,7 +234,8 @@ async def replay(
                 task.add_done_callback(pending.discard)
             stop_event.set()
 
-        policy = Policy(mode=settings.mode, substitutions=settings.substitutions,
+        policy = Policy(mode=settings.mode,
+                        substitutions=settings.substitutions + launch.substitutions,
                         allow_substitutions=settings.allow_substitutions)
         replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=on_stop,
                             on_decision=on_decision)
@@ -171,11 +245,13 @@ async def replay(
             await listeners.close()
             raise
         env, _ = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
+        env = launch.environment(env)
         run.start_replay(replayer.replay_id, settings.mode.value, {
             "pace": settings.pace.value, "argv": list(argv or info.argv), "cwd": cwd,
             "allow_substitutions": settings.allow_substitutions,
             "substitutions": [[s.old.decode("utf-8", "replace"), s.new.decode("utf-8", "replace")]
-                              for s in settings.substitutions],
+                              for s in policy.substitutions],
+            "sandbox": str(sandbox.root) if sandbox else None, "paths": launch.mode,
             "ports": {o.name: o.port for o in origins},
         })
         if on_listening is not None:
@@ -196,6 +272,10 @@ async def replay(
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout)
+            if sandbox is not None and exit_status is not None:
+                outcome["files"] = files_facet(run.outcome_changes(), sandbox.changes())
+            outcome["sandbox"] = {"same": None, "paths": launch.mode, "notes": launch.notes,
+                                  "kept": str(sandbox.root) if sandbox and settings.keep else None}
             if replayer.stopped:
                 outcome["stopped"] = {"same": None, "reason": replayer.stopped}
             run.finish_replay(replayer.replay_id, exit_status, stdout, stderr, outcome)
@@ -203,5 +283,7 @@ async def replay(
         assert verdict is not None
         return verdict
     finally:
+        if sandbox is not None and not settings.keep:
+            sandbox.remove()
         run.close(compact=True)
 

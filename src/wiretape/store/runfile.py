@@ -35,6 +35,7 @@ from wiretape.model import (
     Response,
     RunInfo,
 )
+from wiretape.snapshot.tree import Change, Entry
 from wiretape.store import blobs, schema
 
 
@@ -382,6 +383,57 @@ class RunFile:
                 " ON b.hash = e.request_body OR b.hash = e.response_body"
             ).fetchone()
         return int(row[0])
+
+    # -- snapshots and outcome ---------------------------------------------
+
+    def add_snapshot(self, root: str, entries: Sequence[Entry]) -> int:
+        """Store a tree's entries (bodies content-addressed); return its id."""
+        with self._lock, self._db:
+            cur = self._db.execute(
+                "INSERT INTO snapshots (root, taken_at_ns, files, bytes) VALUES (?, ?, ?, ?)",
+                (root, time.time_ns(), sum(1 for e in entries if e.kind == "file"),
+                 sum(len(e.data) for e in entries)))
+            snapshot_id = int(cur.lastrowid or 0)
+            for e in entries:
+                digest = blobs.put(self._db, e.data) if e.kind == "file" else None
+                self._db.execute(
+                    "INSERT INTO snapshot_entries (snapshot_id, path, kind, mode, blob, link)"
+                    " VALUES (?, ?, ?, ?, ?, ?)", (snapshot_id, e.path, e.kind, e.mode, digest, e.link))
+        return snapshot_id
+
+    @_damage_is_an_input_error
+    def snapshots(self) -> list[tuple[int, str, list[Entry]]]:
+        """Every snapshot as (id, original root, entries)."""
+        with self._lock:
+            roots = self._db.execute("SELECT id, root FROM snapshots ORDER BY id").fetchall()
+            out = []
+            for snapshot_id, root in roots:
+                rows = self._db.execute(
+                    "SELECT path, kind, mode, blob, link FROM snapshot_entries"
+                    " WHERE snapshot_id = ? ORDER BY path", (snapshot_id,)).fetchall()
+                entries = [Entry(path, kind, mode,
+                                 blobs.get(self._db, blob, self._cache) if blob else b"",
+                                 link or "") for path, kind, mode, blob, link in rows]
+                out.append((snapshot_id, root, entries))
+        return out
+
+    def set_outcome_changes(self, snapshot_id: int, changes: Sequence[Change]) -> None:
+        with self._lock, self._db:
+            for c in changes:
+                self._db.execute(
+                    "INSERT INTO outcome_changes (snapshot_id, path, change, detail) VALUES (?,?,?,?)",
+                    (snapshot_id, c.path, c.change, json.dumps(c.to_json())))
+
+    @_damage_is_an_input_error
+    def outcome_changes(self) -> dict[int, list[dict[str, Any]]]:
+        """The recorded outcome: per snapshot id, its changes (Change.to_json)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT snapshot_id, detail FROM outcome_changes ORDER BY rowid").fetchall()
+        out: dict[int, list[dict[str, Any]]] = {}
+        for snapshot_id, detail in rows:
+            out.setdefault(snapshot_id, []).append(json.loads(detail))
+        return out
 
     # -- replays -----------------------------------------------------------
 

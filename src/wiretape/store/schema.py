@@ -12,7 +12,7 @@ from pathlib import Path
 
 from wiretape.errors import RunFileError, SchemaTooNew
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _V1 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -86,12 +86,43 @@ CREATE TABLE replay_requests (
 );
 """
 
+# Version 2: snapshots of the agent's trees and what the agent changed in them.
+_V2 = """
+CREATE TABLE snapshots (
+  id INTEGER PRIMARY KEY,
+  root TEXT NOT NULL,             -- absolute path of the tree when recorded
+  taken_at_ns INTEGER NOT NULL,
+  files INTEGER NOT NULL,
+  bytes INTEGER NOT NULL
+);
+CREATE TABLE snapshot_entries (
+  snapshot_id INTEGER NOT NULL REFERENCES snapshots(id),
+  path TEXT NOT NULL,             -- relative POSIX path
+  kind TEXT NOT NULL,             -- file, dir, symlink
+  mode INTEGER NOT NULL,
+  blob TEXT REFERENCES blobs(hash),
+  link TEXT,
+  PRIMARY KEY (snapshot_id, path)
+);
+CREATE TABLE outcome_changes (
+  snapshot_id INTEGER NOT NULL REFERENCES snapshots(id),
+  path TEXT NOT NULL,
+  change TEXT NOT NULL,           -- added, modified, deleted
+  detail TEXT NOT NULL            -- JSON: hashes, sizes, binary, text diff
+);
+"""
+
+
 # Migration i brings a file from version i to version i + 1.
 def _to_v1(db: sqlite3.Connection) -> None:
     db.executescript(_V1)
 
 
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _to_v1}
+def _to_v2(db: sqlite3.Connection) -> None:
+    db.executescript(_V2)
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _to_v1, 1: _to_v2}
 
 
 def create(db: sqlite3.Connection) -> None:

@@ -1,0 +1,158 @@
+"""The replay sandbox: every snapshot restored into a fresh temporary
+directory, the agent's paths mapped into it, and the outcome compared.
+
+Two ways to show the sandbox to the agent: at the original absolute paths
+(bind mounts in a private mount namespace, where Linux allows; prompts keep
+their bytes), or by mapping — the working directory, ``HOME`` when a
+snapshot lies under it, and argv entries naming paths in snapshotted trees
+point into the sandbox, and the mapping is a declared substitution. Knows
+nothing of proxies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wiretape.playback.decide import Substitution
+from wiretape.snapshot.restore import restore
+from wiretape.snapshot.tree import Entry, compare, walk
+
+MAPPING_WARNING = (
+    "wiretape: paths are mapped into the sandbox, not shown at their original places: an "
+    "agent can still reach the original files through absolute paths in its own files "
+    "(its config, say)"
+)
+
+
+@dataclass(frozen=True)
+class Copy:
+    snapshot_id: int
+    original: Path
+    copy: Path
+    entries: tuple[Entry, ...]
+
+
+@dataclass
+class Sandbox:
+    """Restored copies of a run's snapshots under ``root``."""
+
+    root: Path
+    copies: list[Copy] = field(default_factory=list)
+    home: Path | None = None
+
+    @classmethod
+    def restore(cls, snapshots: Sequence[tuple[int, str, list[Entry]]], *, source: Path,
+                home: str | None) -> Sandbox:
+        """Restore every snapshot into a new temporary directory. A tree
+        under ``home`` keeps its place under a sandbox home. Raises
+        RunFileError for unsafe entries (the directory is removed)."""
+        root = Path(tempfile.mkdtemp(prefix="wiretape-sandbox-"))
+        box = cls(root)
+        try:
+            home_path = Path(home) if home else None
+            for index, (snapshot_id, original, entries) in enumerate(snapshots):
+                orig = Path(original)
+                if home_path is not None and _is_under(orig, home_path):
+                    box.home = root / "home"
+                    target = box.home / orig.relative_to(home_path)
+                else:
+                    target = root / f"{index}-{orig.name or 'root'}"
+                restore(entries, target, source=source)
+                box.copies.append(Copy(snapshot_id, orig, target, tuple(entries)))
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return box
+
+    def binds(self) -> list[tuple[str, str]]:
+        """(sandbox copy, original path) pairs for same-path bind mounts."""
+        return [(str(c.copy), str(c.original)) for c in self.copies]
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        return sorted(((str(c.original), str(c.copy)) for c in self.copies),
+                      key=lambda p: len(p[0]), reverse=True)
+
+    def map_path(self, value: str) -> str:
+        """``value`` with an original tree's path prefix replaced by its copy."""
+        for original, copy in self._pairs():
+            if value == original or value.startswith(original + os.sep):
+                return copy + value[len(original):]
+        return value
+
+    def map_arg(self, arg: str) -> str:
+        """An argv entry with every original tree path in it mapped."""
+        out = arg
+        for original, copy in self._pairs():
+            out = out.replace(original, copy)
+        return out
+
+    def substitutions(self) -> tuple[Substitution, ...]:
+        """The mapping as declared substitutions (recorded = original)."""
+        return tuple(Substitution(o.encode(), c.encode()) for o, c in self._pairs())
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        env = dict(base)
+        if self.home is not None:
+            env["HOME"] = str(self.home)
+        if "PWD" in env:
+            env["PWD"] = self.map_path(env["PWD"])
+        return env
+
+    def changes(self) -> dict[int, list[dict[str, Any]]]:
+        """What the agent changed in each copy, as Change.to_json rows."""
+        out = {}
+        for c in self.copies:
+            after = {e.path: e for e in walk(c.copy)}
+            out[c.snapshot_id] = [ch.to_json() for ch in compare({e.path: e for e in c.entries}, after)]
+        return out
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _is_under(path: Path, parent: Path) -> bool:
+    try:
+        path.relative_to(parent)
+    except ValueError:
+        return False
+    return path != parent
+
+
+def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
+                replayed: Mapping[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The outcome's files part: same when both runs changed the same paths
+    the same way (same resulting bytes); else the differing paths, each with
+    both sides' change and diff, cut short."""
+    def key(rows: list[dict[str, Any]]) -> dict[str, tuple[str, str | None]]:
+        return {r["path"]: (r["change"], r["after_hash"]) for r in rows}
+
+    differing = []
+    for sid in sorted(set(recorded) | set(replayed)):
+        rec, rep = key(recorded.get(sid, [])), key(replayed.get(sid, []))
+        by_path_rec = {r["path"]: r for r in recorded.get(sid, [])}
+        by_path_rep = {r["path"]: r for r in replayed.get(sid, [])}
+        for path in sorted(set(rec) | set(rep)):
+            if rec.get(path) != rep.get(path):
+                differing.append({
+                    "path": path,
+                    "recorded": _describe(by_path_rec.get(path)),
+                    "replayed": _describe(by_path_rep.get(path)),
+                    "recorded_diff": (by_path_rec.get(path) or {}).get("diff", "")[:800],
+                    "replayed_diff": (by_path_rep.get(path) or {}).get("diff", "")[:800],
+                })
+    changed = sum(len(v) for v in replayed.values())
+    return {"same": not differing, "changed": changed, "differing": differing[:20],
+            "differing_count": len(differing)}
+
+
+def _describe(row: Mapping[str, Any] | None) -> str:
+    if row is None:
+        return "unchanged"
+    size = row.get("after_size")
+    return f"{row['change']}" + (f" ({size} bytes)" if size is not None else "")

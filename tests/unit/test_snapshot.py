@@ -1,0 +1,80 @@
+"""Snapshots: reading a tree, comparing it after the agent ran, and
+restoring untrusted entries only inside the sandbox."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from wiretape.errors import RunFileError, UsageError
+from wiretape.snapshot.restore import restore
+from wiretape.snapshot.tree import Entry, compare, walk
+
+
+def tree(root: Path) -> dict[str, Entry]:
+    return {e.path: e for e in walk(root)}
+
+
+def test_walk_reads_files_dirs_links_and_skips_excluded(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hi")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "b.bin").write_bytes(b"\x00\x01")
+    os.symlink("../a.txt", tmp_path / "d" / "link")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "big").write_bytes(b"x" * 100)
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "run.wtape").write_bytes(b"run")
+    found = {e.path: e for e in walk(tmp_path, exclude=frozenset({tmp_path / "store"}))}
+    assert sorted(found) == ["a.txt", "d", "d/b.bin", "d/link"]
+    assert found["d/link"].kind == "symlink" and found["d/link"].link == "../a.txt"
+    assert found["d/b.bin"].data == b"\x00\x01"
+
+
+def test_walk_refuses_over_the_limit(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"x" * 100)
+    with pytest.raises(UsageError, match="--snapshot-max"):
+        list(walk(tmp_path, max_bytes=50))
+
+
+def test_compare_names_added_modified_deleted_with_text_diffs(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("same\n")
+    (tmp_path / "edit.txt").write_text("one\n")
+    (tmp_path / "gone.bin").write_bytes(b"\x00bin")
+    before = tree(tmp_path)
+    (tmp_path / "edit.txt").write_text("one\ntwo\n")
+    (tmp_path / "gone.bin").unlink()
+    (tmp_path / "new.txt").write_text("new\n")
+    changes = {c.path: c for c in compare(before, tree(tmp_path))}
+    assert {p: c.change for p, c in changes.items()} == {
+        "edit.txt": "modified", "gone.bin": "deleted", "new.txt": "added"}
+    assert "+two" in changes["edit.txt"].diff
+    assert changes["gone.bin"].binary and changes["gone.bin"].before_size == 4
+
+
+def test_restore_round_trips_a_tree(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "f.txt").write_text("content")
+    os.chmod(src / "d" / "f.txt", 0o640)
+    os.symlink("d/f.txt", src / "link")
+    restore(walk(src), tmp_path / "out", source=tmp_path / "run.wtape")
+    assert tree(tmp_path / "out") == tree(src)
+
+
+@pytest.mark.parametrize("bad", ["../escape.txt", "/etc/passwd-wiretape", "d/../../x", ""])
+def test_restore_refuses_paths_leaving_the_sandbox(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(RunFileError, match="unsafe path"):
+        restore([Entry(bad, "file", 0o644, b"x")], tmp_path / "box", source=tmp_path / "r.wtape")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_restore_never_writes_through_a_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    entries = [Entry("evil", "symlink", 0o777, link=str(outside)),
+               Entry("evil/planted.txt", "file", 0o644, b"x")]
+    with pytest.raises(RunFileError):
+        restore(entries, tmp_path / "box", source=tmp_path / "r.wtape")
+    assert list(outside.iterdir()) == []
