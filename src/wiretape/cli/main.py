@@ -349,6 +349,11 @@ from wiretape.cli import inspect_cmds
 
 inspect_cmds.register(cli)
 
+# Replaying a suite of runs for CI: check.
+from wiretape.cli.check_cmd import check
+
+cli.add_command(check)
+
 
 def main() -> None:
     try:

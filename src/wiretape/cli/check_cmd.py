@@ -1,0 +1,154 @@
+"""``wiretape check PATH...``: replay a suite of runs for CI, print a table
+and the divergence report of each failure, write JUnit XML, and exit 1 when
+any run fails.
+
+Owns the command's options and its text. The finding, scheduling and
+replaying are ``wiretape.suite``'s; the verdict text is ``render``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from wiretape.cli import render
+from wiretape.errors import UsageError
+from wiretape.suite.discover import SUFFIX, find_runs
+from wiretape.suite.runner import (
+    DEFAULT_TIMEOUT_S,
+    CheckResult,
+    Status,
+    check_runs,
+    default_jobs,
+)
+
+HEADER = ["run", "result", "recorded", "exact", "substituted", "diverged", "missing", "unused",
+          "outcome", "time"]
+
+
+def display(path: Path) -> str:
+    """A run's path as the user would type it: relative to here when inside."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def outcome_text(result: CheckResult) -> str:
+    """``same``, ``differs: stdout, …``, or ``-`` when nothing was compared."""
+    if result.verdict is None:
+        return "-"
+    compared = {name: facet for name, facet in result.verdict.outcome.items()
+                if isinstance(facet, dict) and facet.get("same") is not None}
+    differs = [name for name, facet in compared.items() if facet.get("same") is False]
+    if differs:
+        return "differs: " + ", ".join(differs)
+    return "same" if compared else "-"
+
+
+def row(result: CheckResult) -> list[str]:
+    v = result.verdict
+    counts = ["-"] * 6 if v is None else [
+        str(n) for n in (v.recorded, v.exact, v.substituted, v.diverged, v.missing, v.unused)]
+    return [display(result.path), result.status.value.upper(), *counts, outcome_text(result),
+            f"{result.duration_s:.1f} s"]
+
+
+def describe(result: CheckResult) -> tuple[str, str]:
+    """(one-line message, details) of a failed or unreplayable run, plain text."""
+    if result.verdict is None:
+        message = result.error or "the replay ended without a verdict"
+        return message, message
+    lines = [click.unstyle(line) for line in render.verdict_details(result.verdict)]
+    if result.error:
+        lines.insert(0, f"wiretape: {result.error}")
+    return render.verdict_line(result.verdict), "\n".join(lines)
+
+
+def progress_line(result: CheckResult, done: int, total: int) -> str:
+    tail = f": {result.error}" if result.error else ""
+    return (f"wiretape check: [{done}/{total}] {result.status.value.upper()} "
+            f"{display(result.path)} ({result.duration_s:.1f} s){tail}")
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True,
+                type=click.Path(path_type=Path))
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Replays at the same time (default: one per CPU).")
+@click.option("--junit-xml", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
+              metavar="FILE", help="Write the results as JUnit XML to FILE.")
+@click.option("--diagnostic", is_flag=True,
+              help="Go on past mismatches, so every divergence is reported (default: strict).")
+@click.option("--free-ports", is_flag=True,
+              help="Listen on free ports, not the recorded ones (agents that take their base "
+                   "URL from the environment; runs sharing a port then need not wait).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+              default=DEFAULT_TIMEOUT_S, show_default=True, metavar="SECONDS",
+              help="Stop a replay that takes longer; it fails.")
+def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, diagnostic: bool,
+          free_ports: bool, timeout_s: float) -> None:
+    """Replay every run in PATHS (run files, and *.wtape files in folders,
+    recursively) with no provider, in parallel, and report.
+
+    Each replay works on its own copy of the run (the files are never
+    written), runs the recorded command in the recorded directory, and
+    listens on the recorded ports; runs recorded on the same port replay
+    one after another. Exit status: 0 every run passes; 1 any run fails or
+    cannot be replayed; 2 usage error.
+
+    \b
+    Example:
+      wiretape check tests/runs --junit-xml wiretape.xml
+      wiretape check run_a.wtape run_b.wtape -j 2 --diagnostic
+    """
+    runs = find_runs(paths)
+    if not runs:
+        raise UsageError(f"no run files (*{SUFFIX}) in {', '.join(map(str, paths))}: record "
+                         "some with `wiretape record -o PATH` or `pytest --wiretape-record`")
+    workers = min(jobs or default_jobs(), len(runs))
+    click.echo(f"wiretape check: {len(runs)} run{'s' if len(runs) != 1 else ''}, "
+               f"{workers} at a time", err=True)
+    finished: list[CheckResult] = []
+
+    def on_result(result: CheckResult) -> None:
+        finished.append(result)
+        click.echo(progress_line(result, len(finished), len(runs)), err=True)
+
+    t0 = time.monotonic()
+    results = asyncio.run(check_runs(runs, jobs=workers, free_ports=free_ports,
+                                     diagnostic=diagnostic, timeout_s=timeout_s,
+                                     on_result=on_result))
+    duration = time.monotonic() - t0
+    for line in render.table([row(r) for r in results], HEADER):
+        click.echo(line)
+    for result in results:
+        if result.status is Status.PASS:
+            continue
+        click.echo("")
+        click.echo(click.style(f"--- {display(result.path)}"
+                               f"{f' ({result.run_id})' if result.run_id else ''}", bold=True))
+        if result.verdict is None:
+            click.echo(f"wiretape: error: {result.error}")
+            continue
+        click.echo(render.verdict_line(result.verdict))
+        if result.error:
+            click.echo(f"wiretape: {result.error}")
+        for line in render.verdict_details(result.verdict):
+            click.echo(line)
+    if junit_path is not None:
+        from wiretape.suite.junit import junit_xml
+
+        junit_path.parent.mkdir(parents=True, exist_ok=True)
+        junit_path.write_bytes(junit_xml(results, duration_s=duration,
+                                         name_of=lambda r: display(r.path), describe=describe))
+    passed = sum(1 for r in results if r.status is Status.PASS)
+    failed = sum(1 for r in results if r.status is Status.FAIL)
+    errors = len(results) - passed - failed
+    click.echo(f"\nwiretape check: {len(results)} runs: {passed} passed, {failed} failed, "
+               f"{errors} could not be replayed, in {duration:.1f} s"
+               + (f"; JUnit XML in {junit_path}" if junit_path is not None else ""))
+    sys.exit(0 if passed == len(results) else 1)

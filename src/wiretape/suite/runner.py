@@ -1,0 +1,226 @@
+"""Replaying many runs at once: each as its own ``wiretape replay`` process,
+on its own copy of the run file (the originals are never written, and two
+replays share no state), at most ``jobs`` at a time, each stopped after a
+timeout. The verdict is read back from the copy, so a replay that had to be
+killed still has one.
+
+Owns scheduling the processes and collecting their verdicts. Must not print;
+how a replay works is the launch layer's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wiretape.errors import WiretapeError
+from wiretape.playback.verdict import Verdict
+from wiretape.suite.schedule import pick
+
+#: Seconds a replay may take before it is stopped (SIGTERM, then SIGKILL).
+DEFAULT_TIMEOUT_S = 300.0
+#: Seconds between SIGTERM and SIGKILL when a replay is stopped.
+STOP_GRACE_S = 10.0
+_KEEP_STDERR = 8192  # bytes of a replay's stderr kept for its error message
+
+
+class Status(enum.StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"  # no verdict: the run could not be replayed at all
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One run's result: ``status``, its ``verdict`` (None for an error),
+    ``error`` (one line, for an error or a timeout), ``duration_s`` in
+    seconds."""
+
+    path: Path
+    status: Status
+    verdict: Verdict | None = None
+    error: str | None = None
+    duration_s: float = 0.0
+    run_id: str | None = None
+
+
+@dataclass
+class _Job:
+    index: int
+    path: Path
+    run_id: str
+    origins: tuple[str, ...]
+    ports: frozenset[int] = field(default_factory=frozenset)
+
+
+def _load(index: int, path: Path, free_ports: bool) -> _Job | CheckResult:
+    from wiretape.store.runfile import RunFile
+
+    try:
+        with RunFile.open(path) as run:
+            info = run.info()
+    except WiretapeError as exc:
+        return CheckResult(path, Status.ERROR, error=str(exc))
+    ports = frozenset() if free_ports else frozenset(o.port for o in info.origins)
+    return _Job(index, path, info.run_id, tuple(o.name for o in info.origins), ports)
+
+
+async def check_runs(
+    paths: Sequence[Path],
+    *,
+    jobs: int,
+    free_ports: bool = False,
+    diagnostic: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
+    """Replay every run in ``paths`` (at most ``jobs`` at once) and return
+    their results in the same order. ``free_ports``: every origin on a port
+    of the system's choosing; else each on its recorded port when free, and
+    runs sharing a recorded port one after another. ``diagnostic``: go on
+    past mismatches, so every divergence is reported. ``on_result`` is
+    called as each run finishes."""
+    results: list[CheckResult | None] = [None] * len(paths)
+    waiting: list[_Job] = []
+    for index, path in enumerate(paths):
+        loaded = _load(index, path, free_ports)
+        if isinstance(loaded, CheckResult):
+            results[index] = loaded
+            if on_result is not None:
+                on_result(loaded)
+        else:
+            waiting.append(loaded)
+    running: dict[asyncio.Task[CheckResult], _Job] = {}
+    busy: set[int] = set()
+    with tempfile.TemporaryDirectory(prefix="wiretape-check-") as scratch:
+        try:
+            while waiting or running:
+                while len(running) < max(1, jobs):
+                    chosen = pick([job.ports for job in waiting], busy)
+                    if chosen is None:
+                        break
+                    job = waiting.pop(chosen)
+                    busy |= job.ports
+                    task = asyncio.create_task(
+                        _replay_one(job, Path(scratch), free_ports, diagnostic, timeout_s),
+                        name=f"wiretape-check-{job.index}")
+                    running[task] = job
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    job = running.pop(task)
+                    busy -= job.ports
+                    result = task.result()
+                    results[job.index] = result
+                    if on_result is not None:
+                        on_result(result)
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+    return [r for r in results if r is not None]
+
+
+def replay_command(run: Path, origins: Sequence[str], *, free_ports: bool,
+                   diagnostic: bool) -> list[str]:
+    """The ``wiretape replay`` command line for one run (its recorded command
+    in its recorded directory)."""
+    argv = [sys.executable, "-m", "wiretape", "replay", str(run)]
+    if diagnostic:
+        argv.append("--diagnostic")
+    if free_ports:
+        for name in origins:
+            argv += ["--port", f"{name}=0"]
+    return argv
+
+
+async def _replay_one(job: _Job, scratch: Path, free_ports: bool, diagnostic: bool,
+                      timeout_s: float) -> CheckResult:
+    t0 = time.monotonic()
+    folder = scratch / f"{job.index:05d}"
+    folder.mkdir()
+    copy = folder / job.path.name
+    shutil.copyfile(job.path, copy)
+    process = await asyncio.create_subprocess_exec(
+        *replay_command(copy, job.origins, free_ports=free_ports, diagnostic=diagnostic),
+        cwd=folder, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE)
+    assert process.stderr is not None
+    stderr = bytearray()
+    reading = asyncio.create_task(_tail(process.stderr, stderr),
+                                  name=f"wiretape-check-stderr-{job.index}")
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(process.wait(), timeout_s)
+        except TimeoutError:
+            timed_out = True
+            await _stop(process)
+        await reading
+    except asyncio.CancelledError:
+        await _stop(process)
+        reading.cancel()
+        raise
+    duration = time.monotonic() - t0
+    verdict = _verdict(copy)
+    note = f"stopped after the {timeout_s:g} s timeout" if timed_out else None
+    if verdict is None:
+        return CheckResult(job.path, Status.ERROR, error=note or _error_line(bytes(stderr)),
+                           duration_s=duration, run_id=job.run_id)
+    status = Status.PASS if verdict.passed and not timed_out else Status.FAIL
+    return CheckResult(job.path, status, verdict, note, duration, job.run_id)
+
+
+async def _tail(stream: asyncio.StreamReader, keep: bytearray) -> None:
+    while chunk := await stream.read(65536):
+        keep += chunk
+        del keep[:-_KEEP_STDERR]
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """SIGTERM (wiretape passes it on to the agent's group and still writes
+    the verdict), then SIGKILL after STOP_GRACE_S."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), STOP_GRACE_S)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+
+
+def _verdict(copy: Path) -> Verdict | None:
+    from wiretape.launch.replay import verdict_of
+    from wiretape.store.runfile import RunFile
+
+    try:
+        with RunFile.open(copy) as run:
+            return verdict_of(run)
+    except WiretapeError:
+        return None
+
+
+def _error_line(stderr: bytes) -> str:
+    """wiretape's own one-line error, else the last line the replay wrote."""
+    lines = [line.strip() for line in stderr.decode("utf-8", "replace").splitlines()
+             if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("wiretape: error: "):
+            return line.removeprefix("wiretape: error: ")
+    return lines[-1] if lines else "the replay ended without a verdict"
+
+
+def default_jobs() -> int:
+    """One replay per CPU."""
+    return os.cpu_count() or 1
