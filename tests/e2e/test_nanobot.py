@@ -18,7 +18,7 @@ from pathlib import Path
 import nanobot_support as ns
 import pytest
 
-from wiretape.launch import mountns
+from wiretape.launch import isolate
 from wiretape.testing import FakeProvider
 
 pytestmark = pytest.mark.timeout(240)
@@ -99,7 +99,7 @@ def test_nanobot_replay_restores_the_workspace_and_leaves_the_original_alone(rec
     (here: changed after recording, and still changed afterwards)."""
     scene, run, live = recorded
     if not same_paths_here():
-        pytest.skip("mount namespaces are not available here: " + mountns.available()[1])
+        pytest.skip("mount namespaces are not available here: " + isolate.capabilities().reasons.get("mount_namespaces", ""))
     scene.reset()  # a fresh config directory: no session history is resent
     scene.notes.write_text("edited after recording\n")
     before = {p: p.read_bytes() for p in scene.workspace.rglob("*") if p.is_file()}
@@ -111,7 +111,7 @@ def test_nanobot_replay_restores_the_workspace_and_leaves_the_original_alone(rec
 
 
 def same_paths_here() -> bool:
-    return mountns.available()[0]
+    return isolate.capabilities().mount_namespaces
 
 
 def test_nanobot_changed_workspace_file_is_caught_in_strict_mode(recorded_live) -> None:  # type: ignore[no-untyped-def]

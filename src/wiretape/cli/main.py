@@ -144,10 +144,14 @@ def _mode(strict: bool, diagnostic: bool) -> Mode:
 @click.option("--same-paths/--no-same-paths", default=None,
               help="Show the sandbox at the original paths (default where Linux allows it), "
                    "or map paths into it (a declared substitution).")
+@click.option("--offline", is_flag=True,
+              help="Run the agent in a network namespace with only loopback (Linux).")
+@click.option("--clock", type=click.Choice(["real", "recorded"]), default="real", show_default=True,
+              help="recorded: the agent's clock starts at the recorded start time (libfaketime).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tuple[str, ...],
            allow_substitutions: bool, ports: tuple[str, ...], as_json: bool, keep: bool,
-           same_paths: bool | None, command: tuple[str, ...]) -> None:
+           same_paths: bool | None, offline: bool, clock: str, command: tuple[str, ...]) -> None:
     """Replay RUN (a run id or file) against COMMAND with no provider.
 
     Without COMMAND the recorded command runs again in the recorded
@@ -164,7 +168,8 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
     settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace),
                               substitutions=_substitutions(substitutes),
                               allow_substitutions=allow_substitutions, ports=tuple(_ports(ports)),
-                              keep=keep, same_paths=same_paths)
+                              keep=keep, same_paths=same_paths, offline=offline,
+                              clock_recorded=clock == "recorded")
     path = resolve_run(run)
     verdict = asyncio.run(do_replay(path, list(command) or None, settings))
     _say(render.verdict_line(verdict))

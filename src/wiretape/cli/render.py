@@ -137,6 +137,11 @@ def verdict_details(v: Verdict) -> list[str]:
     sandbox = v.outcome.get("sandbox", {}) if v.outcome else {}
     for note in sandbox.get("notes", []):
         lines.append(note)
+    isolation = v.outcome.get("isolation", {}) if v.outcome else {}
+    if isolation.get("said"):
+        lines.append("wiretape: isolation: " + "; ".join(isolation["said"]))
+    if isolation.get("dns_queries"):
+        lines.append("wiretape: the agent tried to reach: " + ", ".join(isolation["dns_queries"]))
     if sandbox.get("kept"):
         lines.append(f"wiretape: sandbox kept at {sandbox['kept']}")
     if v.unused_exchanges:

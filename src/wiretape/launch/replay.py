@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from wiretape.errors import PortInUse, UsageError
-from wiretape.launch import mountns
+from wiretape.launch import isolate
 from wiretape.launch.child import Child, resolve_command
 from wiretape.inspect.summary import request_summary
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet
@@ -42,6 +42,8 @@ class ReplaySettings:
     max_body: int = DEFAULT_MAX_BODY
     keep: bool = False  # keep the sandbox directory after the replay
     same_paths: bool | None = None  # None: where Linux allows it
+    offline: bool = False  # the agent gets a network namespace with only loopback
+    clock_recorded: bool = False  # the agent's clock starts at the recorded start
 
 
 def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: int | None,
@@ -105,7 +107,8 @@ def _wanted_port(origin: Origin, overrides: dict[str | None, int], primary: str)
 
 
 async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer: Replayer,
-                      ports: Sequence[tuple[str | None, int]]) -> list[Origin]:
+                      ports: Sequence[tuple[str | None, int]],
+                      isolated: isolate.IsolatedLaunch | None = None) -> list[Origin]:
     """Listen for each recorded origin, on its recorded port when that is
     free (else any free port). Raises PortInUse for a taken --port."""
     overrides = dict(ports)
@@ -116,10 +119,12 @@ async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer:
         wanted, explicit = _wanted_port(origin, overrides, primary)
 
         async def listen(port: int, origin: Origin = origin, base: str = base) -> int:
+            sock = isolated.listen_sockets([port])[0] if isolated is not None else None
             return await listeners.listen(
                 port,
                 lambda conn_id: replayer.handler(origin.name, conn_id),
                 lambda status, code, message: error_response(base.encode(), status, code, message),
+                sock=sock,
             )
 
         try:
@@ -135,7 +140,8 @@ async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer:
 @dataclass(frozen=True)
 class LaunchPlan:
     """How the agent is started against the sandbox: ``mode`` is
-    ``same-paths``, ``mapped`` or ``none`` (no snapshot)."""
+    ``same-paths``, ``mapped`` or ``none`` (no snapshot); ``isolation`` is
+    what the isolation wrapper must set up (None: nothing)."""
 
     argv: list[str]
     cwd: str
@@ -143,29 +149,32 @@ class LaunchPlan:
     substitutions: tuple[Substitution, ...] = ()
     notes: tuple[str, ...] = ()
     sandbox: Sandbox | None = None
+    isolation: isolate.Isolation | None = None
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
-        if self.sandbox is None:
+        if self.sandbox is None or self.mode != "mapped":
             return env
-        if self.mode == "same-paths":
-            return {**env, "PWD": self.cwd}
         return self.sandbox.env(env)
 
 
 def plan_launch(sandbox: Sandbox | None, settings: ReplaySettings, argv: Sequence[str],
-                cwd: str) -> LaunchPlan:
+                cwd: str, clock_start_ns: int | None) -> LaunchPlan:
     """Show the sandbox to the agent at the original paths where the
-    system allows it (or when asked), else map paths into it."""
+    system allows it (or when asked), else map paths into it; add the
+    network and clock isolation asked for. Raises UsageError."""
+    clock = clock_start_ns if settings.clock_recorded else None
+    extra = isolate.Isolation(offline=settings.offline, clock_start_ns=clock)
+    wanted = extra if settings.offline or clock is not None else None
     if sandbox is None:
-        return LaunchPlan(list(argv), cwd, "none",
-                          notes=("no snapshot was taken: the agent ran against the live files",))
+        return LaunchPlan(list(argv), cwd, "none", isolation=wanted,
+                          notes=("wiretape: no snapshot was taken: the agent ran against the live files",))
     if settings.same_paths is not False:
-        works, why = mountns.available()
-        missing = [c.original for c in sandbox.copies if not c.original.is_dir()]
-        if works and not missing:
-            return LaunchPlan(mountns.wrap(sandbox.binds(), argv), cwd, "same-paths",
-                              sandbox=sandbox)
-        reason = why if not works else f"{missing[0]} does not exist here"
+        caps = isolate.capabilities()
+        if caps.mount_namespaces:
+            isolation = isolate.Isolation(binds=tuple(sandbox.binds()), offline=settings.offline,
+                                          clock_start_ns=clock, cwd=cwd)
+            return LaunchPlan(list(argv), cwd, "same-paths", sandbox=sandbox, isolation=isolation)
+        reason = caps.reasons.get("mount_namespaces", "mount namespaces are not available")
         if settings.same_paths:
             raise UsageError(f"cannot show the sandbox at the original paths ({reason}): "
                              "replay with --no-same-paths")
@@ -175,7 +184,18 @@ def plan_launch(sandbox: Sandbox | None, settings: ReplaySettings, argv: Sequenc
         notes = (MAPPING_WARNING,)
     return LaunchPlan(
         [sandbox.map_arg(a) for a in argv], sandbox.map_path(cwd), "mapped",
-        substitutions=sandbox.substitutions(), notes=notes, sandbox=sandbox)
+        substitutions=sandbox.substitutions(), notes=notes, sandbox=sandbox, isolation=wanted)
+
+
+def isolation_facet(plan: LaunchPlan, settings: ReplaySettings,
+                    dns: Sequence[str]) -> dict[str, Any]:
+    """What was and was not isolated, said plainly."""
+    said = [f"files: {'sandbox at the original paths' if plan.mode == 'same-paths' else 'sandbox, paths mapped' if plan.mode == 'mapped' else 'not isolated (no snapshot)'}",
+            "network: " + ("only loopback (--offline)" if settings.offline else
+                           "not isolated: the agent's own tools can reach the network; "
+                           "only provider calls are answered from the recording"),
+            "clock: " + ("starts at the recorded time" if settings.clock_recorded else "real")]
+    return {"same": None, "said": said, "dns_queries": list(dns)}
 
 
 async def replay(
@@ -188,9 +208,12 @@ async def replay(
     on_listening: Callable[[list[Origin]], None] | None = None,
     on_decision: Callable[[dict[str, Any]], None] | None = None,
     until: asyncio.Event | None = None,
+    cwd: str | None = None,
 ) -> Verdict:
     """Replay the run at ``path`` against ``argv`` (None with ``until``:
-    serve only, until the event is set or a strict stop).
+    serve only, until the event is set or a strict stop). A command given
+    in ``argv`` runs in ``cwd`` (default: the current directory); the
+    recorded one, in the recorded directory.
 
     Raises RunFileError, CommandNotFound, PortInUse, UsageError.
     """
@@ -200,7 +223,7 @@ async def replay(
     try:
         info = run.info()
         exchanges = run.exchanges()
-        cwd = info.cwd if argv is None or not argv else os.getcwd()
+        cwd = info.cwd if argv is None or not argv else (cwd or os.getcwd())
         if until is None:
             command = list(argv) if argv else list(info.argv)
             if not command:
@@ -217,7 +240,8 @@ async def replay(
                 raise UsageError(f"the recorded working directory {cwd} does not exist: "
                                  "give the command after -- to run it here")
             resolve_command(command, where)
-        launch = plan_launch(sandbox, settings, command if until is None else [], cwd)
+        launch = plan_launch(sandbox, settings, command if until is None else [], cwd,
+                             info.started_at_ns)
         cwd = launch.cwd
         if until is None:
             command = launch.argv
@@ -239,13 +263,21 @@ async def replay(
                         allow_substitutions=settings.allow_substitutions)
         replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=on_stop,
                             on_decision=on_decision)
+        isolated = (isolate.prepare(launch.isolation, os.environ)
+                    if launch.isolation is not None and until is None else None)
         try:
-            origins = await bind_replay(listeners, info.origins, replayer, settings.ports)
+            origins = await bind_replay(listeners, info.origins, replayer, settings.ports,
+                                        isolated if settings.offline else None)
         except BaseException:
             await listeners.close()
+            if isolated is not None:
+                isolated.close()
             raise
         env, _ = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
         env = launch.environment(env)
+        if isolated is not None:
+            env = {**env, **isolated.env}
+            command = isolated.command(command)
         run.start_replay(replayer.replay_id, settings.mode.value, {
             "pace": settings.pace.value, "argv": list(argv or info.argv), "cwd": cwd,
             "allow_substitutions": settings.allow_substitutions,
@@ -259,7 +291,10 @@ async def replay(
         exit_status, stdout, stderr = None, b"", b""
         try:
             if until is None:
-                child = await Child.start(command, cwd=cwd, env=env, echo_stdout=echo_stdout,
+                # An original directory missing here is made inside the
+                # agent's namespace; start from its sandbox copy meanwhile.
+                start_in = cwd if os.path.isdir(cwd) or sandbox is None else sandbox.map_path(cwd)
+                child = await Child.start(command, cwd=start_in, env=env, echo_stdout=echo_stdout,
                                           echo_stderr=echo_stderr)
                 child_box.append(child)
                 with _forward_signals(child):
@@ -269,11 +304,16 @@ async def replay(
                 await stop_event.wait()
         finally:
             await listeners.close()
+            dns: list[str] = []
+            if isolated is not None:
+                dns = isolated.dns_queries()
+                isolated.close()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout)
             if sandbox is not None and exit_status is not None:
                 outcome["files"] = files_facet(run.outcome_changes(), sandbox.changes())
+            outcome["isolation"] = isolation_facet(launch, settings, dns)
             outcome["sandbox"] = {"same": None, "paths": launch.mode, "notes": launch.notes,
                                   "kept": str(sandbox.root) if sandbox and settings.keep else None}
             if replayer.stopped:

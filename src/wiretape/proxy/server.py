@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import itertools
+import socket
 from collections.abc import Callable
 
 from wiretape.errors import PortInUse
@@ -31,11 +32,13 @@ class Listeners:
         port: int,
         handler_for: Callable[[int], Handler],
         error_body: ErrorBody = plain_error,
+        sock: socket.socket | None = None,
     ) -> int:
         """Listen on ``LOOPBACK:port`` (0: any free port); return the port.
 
         ``handler_for(connection_id)`` gives each connection its handler.
-        Raises PortInUse.
+        ``sock``: an already listening socket to serve instead (one made in
+        the agent's network namespace). Raises PortInUse.
         """
 
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -57,7 +60,10 @@ class Listeners:
                     self._tasks.pop(task, None)
 
         try:
-            server = await asyncio.start_server(on_connect, LOOPBACK, port, reuse_address=True)
+            if sock is not None:
+                server = await asyncio.start_server(on_connect, sock=sock)
+            else:
+                server = await asyncio.start_server(on_connect, LOOPBACK, port, reuse_address=True)
         except OSError as exc:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise PortInUse(LOOPBACK, port) from exc
