@@ -149,6 +149,7 @@ async def record_async(
     port: int | None = None,
     ports: Mapping[str, int] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    snapshots: Sequence[str | os.PathLike[str]] | None = None,
     max_body: int = MAX_BODY,
     stdout: BinaryIO | None = None,
     stderr: BinaryIO | None = None,
@@ -163,8 +164,11 @@ async def record_async(
     command. ``port``: a fixed proxy port for the first upstream (else
     openai); ``ports``: fixed ports by origin name; 0 or absent: any free
     port. ``cwd``: where the command runs (default the current directory).
-    ``stdout``/``stderr``: where the command's output goes as it arrives
-    (default: nowhere); it is kept in the Run either way.
+    ``snapshots``: folders whose files are stored before the command starts,
+    restored into a sandbox for each replay and compared afterwards
+    (default: ``cwd``; ``[]``: none). ``stdout``/``stderr``: where the
+    command's output goes as it arrives (default: nowhere); it is kept in
+    the Run either way.
 
     Raises CommandNotFound, PortInUse, InvalidUpstream, RunFileError (``out``
     exists or cannot be written), UsageError.
@@ -178,6 +182,7 @@ async def record_async(
         list(argv), out=Path(out) if out is not None else None,
         upstreams=list((upstreams or {}).items()), ports=port_pairs(port, ports),
         max_body=max_body, cwd=os.fspath(cwd) if cwd is not None else None,
+        snapshots=None if snapshots is None else [Path(p) for p in snapshots],
         echo_stdout=kept_out, echo_stderr=kept_err)
     return Run(run_id=result.run_id, path=result.path, exchanges=result.exchanges,
                body_bytes=result.body_bytes, duration_s=result.duration_s,
@@ -194,6 +199,7 @@ def record(
     port: int | None = None,
     ports: Mapping[str, int] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    snapshots: Sequence[str | os.PathLike[str]] | None = None,
     max_body: int = MAX_BODY,
     stdout: BinaryIO | None = None,
     stderr: BinaryIO | None = None,
@@ -201,8 +207,8 @@ def record(
     """:func:`record_async` for code without a running event loop (it raises
     UsageError inside one). Same arguments, result and errors."""
     return _run_sync("record", record_async(
-        argv, out=out, upstreams=upstreams, port=port, ports=ports, cwd=cwd, max_body=max_body,
-        stdout=stdout, stderr=stderr))
+        argv, out=out, upstreams=upstreams, port=port, ports=ports, cwd=cwd, snapshots=snapshots,
+        max_body=max_body, stdout=stdout, stderr=stderr))
 
 
 async def replay_async(
@@ -215,6 +221,7 @@ async def replay_async(
     allow_substitutions: bool = False,
     port: int | None = None,
     ports: Mapping[str, int] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     max_body: int = MAX_BODY,
     stdout: BinaryIO | None = None,
     stderr: BinaryIO | None = None,
@@ -223,7 +230,9 @@ async def replay_async(
     provider, and return its :class:`~wiretape.Verdict`.
 
     ``argv`` None reruns the recorded command in the recorded directory;
-    a command given here runs in the current directory. ``mode``: ``strict``
+    a command given here runs in ``cwd`` (default: the current directory).
+    Files the recording snapshotted are restored into a fresh sandbox first,
+    and what the command changes there is compared. ``mode``: ``strict``
     stops the command at the first mismatch, ``diagnostic`` serves the
     nearest recorded answer and goes on. ``substitutions``: ``{OLD: NEW}``,
     the recording has OLD where this run has NEW (literal text); a request
@@ -245,7 +254,8 @@ async def replay_async(
                          port_pairs(port, ports), max_body)
     verdict: Verdict = await launch_replay(
         run_path(run), list(argv) if argv else None, settings,
-        echo_stdout=_Keep(stdout), echo_stderr=_Keep(stderr))
+        echo_stdout=_Keep(stdout), echo_stderr=_Keep(stderr),
+        cwd=os.fspath(cwd) if cwd is not None else None)
     return verdict
 
 
@@ -259,6 +269,7 @@ def replay(
     allow_substitutions: bool = False,
     port: int | None = None,
     ports: Mapping[str, int] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     max_body: int = MAX_BODY,
     stdout: BinaryIO | None = None,
     stderr: BinaryIO | None = None,
@@ -267,5 +278,5 @@ def replay(
     UsageError inside one). Same arguments, result and errors."""
     return _run_sync("replay", replay_async(
         run, argv, mode=mode, pace=pace, substitutions=substitutions,
-        allow_substitutions=allow_substitutions, port=port, ports=ports, max_body=max_body,
-        stdout=stdout, stderr=stderr))
+        allow_substitutions=allow_substitutions, port=port, ports=ports, cwd=cwd,
+        max_body=max_body, stdout=stdout, stderr=stderr))

@@ -167,16 +167,20 @@ class AgentRunner:
     _upstream: Callable[[], str | Mapping[str, str]]
     _used: bool = False
 
-    def __call__(self, argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None
-                 ) -> AgentResult:
-        """Run ``argv`` against the test's run: replayed (a failed verdict
-        fails the test here, with the divergence report), or recorded with
-        ``--wiretape-record`` (``cwd``: where it runs while recording)."""
+    def __call__(self, argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
+                 snapshots: Sequence[str | os.PathLike[str]] = ()) -> AgentResult:
+        """Run ``argv`` in ``cwd`` (default: the project's root folder)
+        against the test's run: replayed (a failed verdict fails the test
+        here, with the divergence report), or recorded with
+        ``--wiretape-record``. ``snapshots``: folders stored with a new
+        recording, restored into a sandbox for each replay and compared
+        after it (default: none; the test's own files are used)."""
         if self._used:
             raise pytest.UsageError("wiretape_agent runs one command per test (one run file): "
                                     "split the test, or give each a run with the marker")
         self._used = True
-        return self._session.run_command(argv, cwd, self._upstream)
+        where = Path(cwd) if cwd is not None else self._session.item.config.rootpath
+        return self._session.run_command(argv, where, snapshots, self._upstream)
 
 
 @pytest.fixture
@@ -270,7 +274,8 @@ class _Session:
 
     # -- an agent command ----------------------------------------------------------------------
 
-    def run_command(self, argv: Sequence[str], cwd: str | os.PathLike[str] | None,
+    def run_command(self, argv: Sequence[str], cwd: Path,
+                    snapshots: Sequence[str | os.PathLike[str]],
                     upstream: Callable[[], str | Mapping[str, str]]) -> AgentResult:
         import io
 
@@ -283,6 +288,7 @@ class _Session:
             port = self.settings.port
             run: Run = wiretape.record(
                 argv, out=self._new_run_path(), upstreams=upstreams, cwd=cwd,
+                snapshots=snapshots,
                 port=port if isinstance(port, int) else None,
                 ports=port if isinstance(port, Mapping) else None)
             return AgentResult(run.exit_status, run.stdout, run.stderr, self.run_path)
@@ -290,7 +296,7 @@ class _Session:
             self._replay_copy(), argv, mode=self._mode(),
             port=self.settings.port if isinstance(self.settings.port, int) else None,
             ports=self.settings.port if isinstance(self.settings.port, Mapping) else None,
-            substitutions=self.settings.substitutions,
+            substitutions=self.settings.substitutions, cwd=cwd,
             allow_substitutions=self.settings.allow_substitutions, stdout=out, stderr=err)
         self.verdicts.append(verdict)
         if not verdict.passed:

@@ -31,8 +31,9 @@ HELLO = [{"role": "user", "content": "hello"}]
 @pytest.fixture
 def recorded(tmp_path: Path) -> wiretape.Run:
     with FakeProvider(demo_script()) as provider:
+        (tmp_path / "rec").mkdir()
         run = wiretape.record([*AGENT, QUESTION], out=tmp_path / "agent.wtape",
-                              upstreams={"openai": provider.url + "/v1"}, cwd=tmp_path)
+                              upstreams={"openai": provider.url + "/v1"}, cwd=tmp_path / "rec")
         assert len(provider.requests) == 3
     return run
 
@@ -57,6 +58,7 @@ def test_record_returns_the_run_and_replay_its_exact_verdict(recorded: wiretape.
     assert verdict.passed and verdict.exit_code == 0 and verdict.mode == "strict"
     assert verdict.outcome["exit_status"]["same"] is True
     assert verdict.outcome["stdout"]["same"] is True
+    assert verdict.outcome["files"]["same"] is True  # the working directory was snapshotted
     assert shown.getvalue() == (ANSWER + "\n").encode()  # passed through as it arrived
 
 
@@ -72,7 +74,9 @@ def test_replay_by_run_id_against_a_changed_workspace_diverges(recorded: wiretap
     workspace.mkdir()
     (workspace / "inventory.txt").write_text("apples: 19\npears: 25\n")
 
-    verdict = wiretape.replay(recorded.run_id, [*AGENT, "--workspace", str(workspace), QUESTION])
+    # A command given to replay runs in ``cwd``: here, the changed workspace.
+    verdict = wiretape.replay(recorded.run_id, [*AGENT, "--workspace", ".", QUESTION],
+                              cwd=workspace)
     assert (verdict.exact, verdict.diverged, verdict.missing) == (1, 1, 0)
     assert not verdict.passed and verdict.exit_code == 3
     diverged = verdict.requests[1]
@@ -80,9 +84,11 @@ def test_replay_by_run_id_against_a_changed_workspace_diverges(recorded: wiretap
     first_line = diverged["detail"]["explanation"]["first_line"]
     assert first_line.startswith("the result of read_file (call_fake_1_0) differs at "
                                  "/messages/3/content")
+    span = diverged["detail"]["explanation"]["spans"][0]
+    assert "apples: 17" in span["recorded_context"] and "apples: 19" in span["live_context"]
 
-    lenient = wiretape.replay(recorded.run_id, [*AGENT, "--workspace", str(workspace), QUESTION],
-                              mode="diagnostic")
+    lenient = wiretape.replay(recorded.run_id, [*AGENT, "--workspace", ".", QUESTION],
+                              mode="diagnostic", cwd=workspace)
     assert (lenient.mode, lenient.exact, lenient.diverged, lenient.passed) == (
         "diagnostic", 1, 2, False)
 
