@@ -75,7 +75,8 @@ def record_pinned(root: Path, name: str, port: int, prompt: str, answer: str,
 def make_suite(root: Path, *names: str) -> Path:
     """Record runs into ``root/runs``: ``alpha`` and ``beta`` (same port),
     ``nested/changed`` (its prompt file, outside the recorded directory so
-    no snapshot holds it, then changes), ``broken.wtape`` (not a run file)."""
+    no snapshot holds it, then changes), ``broken.wtape`` (not a run file),
+    ``proxied`` (recorded through ``wiretape.recording``: no command)."""
     port = free_port()
     flag = root / "flags" / "hang"
     flag.parent.mkdir()
@@ -89,6 +90,10 @@ def make_suite(root: Path, *names: str) -> Path:
             prompt.write_text("What is 6 x 8?")
         elif name == "broken":
             (root / "runs" / "broken.wtape").write_text("not a run\n")
+        elif name == "proxied":  # no command: nothing for check to run again
+            with wiretape.recording(upstream="http://127.0.0.1:9/v1",
+                                    out=root / "runs" / "proxied.wtape"):
+                pass
     return root
 
 
@@ -98,21 +103,22 @@ def digests(folder: Path) -> dict[str, str]:
 
 
 def test_check_replays_a_folder_in_parallel_and_reports(tmp_path: Path) -> None:
-    suite = make_suite(tmp_path, "alpha", "beta", "changed", "broken")
+    suite = make_suite(tmp_path, "alpha", "beta", "changed", "broken", "proxied")
     before = digests(suite / "runs")
     result = wiretape_cli("check", "runs", "-j", "4", "--junit-xml", "out/junit.xml", cwd=suite)
     assert result.returncode == 1, result.stderr
     table = result.stdout.splitlines()
     assert table[0].split() == ["run", "result", "recorded", "exact", "substituted", "diverged",
                                 "missing", "unused", "outcome", "time"]
-    rows = {line.split()[0]: line.split() for line in table[1:5]}
+    rows = {line.split()[0]: line.split() for line in table[1:6]}
     assert list(rows) == ["runs/alpha.wtape", "runs/beta.wtape", "runs/broken.wtape",
-                          "runs/nested/changed.wtape"]  # sorted, as found
+                          "runs/nested/changed.wtape", "runs/proxied.wtape"]  # sorted, as found
     assert rows["runs/alpha.wtape"][1:9] == ["PASS", "1", "1", "0", "0", "0", "0", "same"]
     assert rows["runs/beta.wtape"][1:9] == ["PASS", "1", "1", "0", "0", "0", "0", "same"]
     assert rows["runs/nested/changed.wtape"][1:8] == ["FAIL", "1", "0", "0", "1", "0", "0"]
     assert " differs: exit_status, stdout " in table[4]
     assert rows["runs/broken.wtape"][1:9] == ["ERROR", "-", "-", "-", "-", "-", "-", "-"]
+    assert rows["runs/proxied.wtape"][1:9] == ["SKIP", "-", "-", "-", "-", "-", "-", "-"]
     out = result.stdout
     assert "--- runs/nested/changed.wtape (run_" in out
     assert ("wiretape: verdict FAIL (strict): recorded 1, exact 0, substituted 0, diverged 1, "
@@ -122,19 +128,24 @@ def test_check_replays_a_folder_in_parallel_and_reports(tmp_path: Path) -> None:
     assert "--- runs/broken.wtape\nwiretape: error: cannot read run file runs/broken.wtape: " \
            "it is not a wiretape run file (not SQLite)" in out
     assert out.rstrip().splitlines()[-1].startswith(
-        "wiretape check: 4 runs: 2 passed, 1 failed, 1 could not be replayed, in ")
-    assert "wiretape check: 4 runs, 4 at a time" in result.stderr
-    assert result.stderr.count("wiretape check: [") == 4  # one progress line per run
+        "wiretape check: 5 runs: 2 passed, 1 failed, 1 could not be replayed, 1 skipped "
+        "(no command), in ")
+    assert "--- runs/proxied.wtape" not in out
+    assert "wiretape check: 5 runs, 4 at a time" in result.stderr
+    assert result.stderr.count("wiretape check: [") == 5  # one progress line per run
+    assert ("SKIP runs/proxied.wtape (0.0 s): recorded through a proxy only (serve, or the "
+            "Python API's recording()), so it has no command to run") in result.stderr
     assert digests(suite / "runs") == before  # replays work on copies
 
     report = ET.parse(suite / "out" / "junit.xml").getroot()
     testsuite = report.find("testsuite")
     assert testsuite is not None
-    assert {k: testsuite.get(k) for k in ("tests", "failures", "errors")} == {
-        "tests": "4", "failures": "1", "errors": "1"}
+    assert {k: testsuite.get(k) for k in ("tests", "failures", "errors", "skipped")} == {
+        "tests": "5", "failures": "1", "errors": "1", "skipped": "1"}
     cases = {case.get("name"): case for case in testsuite.iter("testcase")}
     assert sorted(cases) == ["runs/alpha.wtape", "runs/beta.wtape", "runs/broken.wtape",
-                             "runs/nested/changed.wtape"]
+                             "runs/nested/changed.wtape", "runs/proxied.wtape"]
+    assert cases["runs/proxied.wtape"].find("skipped") is not None
     assert list(cases["runs/alpha.wtape"]) == []
     failure = cases["runs/nested/changed.wtape"].find("failure")
     assert failure is not None and failure.get("message", "").startswith(

@@ -97,8 +97,9 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
     Each replay works on its own copy of the run (the files are never
     written), runs the recorded command in the recorded directory, and
     listens on the recorded ports; runs recorded on the same port replay
-    one after another. Exit status: 0 every run passes; 1 any run fails or
-    cannot be replayed; 2 usage error.
+    one after another. Runs recorded through a proxy only (no command) are
+    skipped: their own tests replay them. Exit status: 0 every run passes;
+    1 any run fails or cannot be replayed; 2 usage error.
 
     \b
     Example:
@@ -126,7 +127,7 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
     for line in render.table([row(r) for r in results], HEADER):
         click.echo(line)
     for result in results:
-        if result.status is Status.PASS:
+        if result.status in (Status.PASS, Status.SKIP):
             continue
         click.echo("")
         click.echo(click.style(f"--- {display(result.path)}"
@@ -145,10 +146,10 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
         junit_path.parent.mkdir(parents=True, exist_ok=True)
         junit_path.write_bytes(junit_xml(results, duration_s=duration,
                                          name_of=lambda r: display(r.path), describe=describe))
-    passed = sum(1 for r in results if r.status is Status.PASS)
-    failed = sum(1 for r in results if r.status is Status.FAIL)
-    errors = len(results) - passed - failed
-    click.echo(f"\nwiretape check: {len(results)} runs: {passed} passed, {failed} failed, "
-               f"{errors} could not be replayed, in {duration:.1f} s"
+    count = {status: sum(1 for r in results if r.status is status) for status in Status}
+    skipped = f", {count[Status.SKIP]} skipped (no command)" if count[Status.SKIP] else ""
+    click.echo(f"\nwiretape check: {len(results)} runs: {count[Status.PASS]} passed, "
+               f"{count[Status.FAIL]} failed, {count[Status.ERROR]} could not be replayed"
+               f"{skipped}, in {duration:.1f} s"
                + (f"; JUnit XML in {junit_path}" if junit_path is not None else ""))
-    sys.exit(0 if passed == len(results) else 1)
+    sys.exit(1 if count[Status.FAIL] or count[Status.ERROR] else 0)

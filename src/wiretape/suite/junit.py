@@ -1,6 +1,7 @@
 """Check results as JUnit XML, the report format CI systems read (one
 ``<testcase>`` per run; a failed verdict is a ``<failure>``, a run that could
-not be replayed an ``<error>``). Pure: values in, bytes out.
+not be replayed an ``<error>``, a run with no command ``<skipped>``). Pure:
+values in, bytes out.
 
 The element and attribute names follow the schema most CI servers accept
 (Jenkins' junit plugin, GitLab, GitHub actions reporters): ``testsuites`` >
@@ -33,15 +34,19 @@ def junit_xml(results: Sequence[CheckResult], *, duration_s: float,
     a failure or error. ``duration_s`` is the whole check's time in seconds."""
     failures = sum(1 for r in results if r.status is Status.FAIL)
     errors = sum(1 for r in results if r.status is Status.ERROR)
+    skipped = sum(1 for r in results if r.status is Status.SKIP)
     root = ET.Element("testsuites", name="wiretape check", tests=str(len(results)),
                       failures=str(failures), errors=str(errors), time=f"{duration_s:.3f}")
     suite = ET.SubElement(root, "testsuite", name="wiretape check", tests=str(len(results)),
-                          failures=str(failures), errors=str(errors), skipped="0",
+                          failures=str(failures), errors=str(errors), skipped=str(skipped),
                           time=f"{duration_s:.3f}")
     for result in results:
         case = ET.SubElement(suite, "testcase", classname="wiretape.check",
                              name=_text(name_of(result)), time=f"{result.duration_s:.3f}")
         if result.status is Status.PASS:
+            continue
+        if result.status is Status.SKIP:
+            ET.SubElement(case, "skipped", message=_text(result.error or ""))
             continue
         message, details = describe(result)
         tag = "failure" if result.status is Status.FAIL else "error"

@@ -38,6 +38,7 @@ class Status(enum.StrEnum):
     PASS = "pass"
     FAIL = "fail"
     ERROR = "error"  # no verdict: the run could not be replayed at all
+    SKIP = "skip"  # recorded through a proxy only: no command to run again
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,11 @@ def _load(index: int, path: Path, free_ports: bool) -> _Job | CheckResult:
             info = run.info()
     except WiretapeError as exc:
         return CheckResult(path, Status.ERROR, error=str(exc))
+    if not info.argv:
+        return CheckResult(path, Status.SKIP, run_id=info.run_id,
+                           error="recorded through a proxy only (serve, or the Python API's "
+                                 "recording()), so it has no command to run: its own test "
+                                 "replays it")
     ports = frozenset() if free_ports else frozenset(o.port for o in info.origins)
     return _Job(index, path, info.run_id, tuple(o.name for o in info.origins), ports)
 
