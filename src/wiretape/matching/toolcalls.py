@@ -23,43 +23,50 @@ ANY = "*"
 @dataclass(frozen=True)
 class CallShape:
     """Tool-call objects at ``pattern``, of ``type`` when given, with the
-    call id at ``id_path`` and the tool's name at ``name_path``."""
+    call id at ``id_path``, the tool's name at ``name_path`` and its
+    arguments at ``arguments_path`` (a JSON string or an object)."""
 
     pattern: Path
     type: str | None
     id_path: Path
     name_path: Path
+    arguments_path: Path = ()
 
 
 CALL_SHAPES: tuple[CallShape, ...] = (
     # OpenAI Chat Completions: choices[].message.tool_calls[] {id, function.name}
     # (platform.openai.com/docs/api-reference/chat/object); the same in a
     # request's assistant messages.
-    CallShape(("choices", ANY, "message", "tool_calls", ANY), None, ("id",), ("function", "name")),
-    CallShape(("messages", ANY, "tool_calls", ANY), None, ("id",), ("function", "name")),
+    CallShape(("choices", ANY, "message", "tool_calls", ANY), None, ("id",), ("function", "name"),
+              ("function", "arguments")),
+    CallShape(("messages", ANY, "tool_calls", ANY), None, ("id",), ("function", "name"),
+              ("function", "arguments")),
     # Anthropic Messages: content[] {type: tool_use, id, name}
     # (docs.anthropic.com/en/api/messages); streamed as content_block_start
     # {content_block: {...}} (docs.anthropic.com/en/docs/build-with-claude/streaming).
-    CallShape(("content", ANY), "tool_use", ("id",), ("name",)),
-    CallShape(("content_block",), "tool_use", ("id",), ("name",)),
-    CallShape(("messages", ANY, "content", ANY), "tool_use", ("id",), ("name",)),
+    CallShape(("content", ANY), "tool_use", ("id",), ("name",), ("input",)),
+    CallShape(("content_block",), "tool_use", ("id",), ("name",), ("input",)),
+    CallShape(("messages", ANY, "content", ANY), "tool_use", ("id",), ("name",), ("input",)),
     # OpenAI Responses: output[] {type: function_call, call_id, name}
     # (platform.openai.com/docs/api-reference/responses/object); streamed as
     # response.output_item.added/done {item: {...}} and in response.completed;
     # repeated in a request's input[]. Custom tools: custom_tool_call.
-    CallShape(("output", ANY), "function_call", ("call_id",), ("name",)),
-    CallShape(("item",), "function_call", ("call_id",), ("name",)),
-    CallShape(("response", "output", ANY), "function_call", ("call_id",), ("name",)),
-    CallShape(("input", ANY), "function_call", ("call_id",), ("name",)),
-    CallShape(("output", ANY), "custom_tool_call", ("call_id",), ("name",)),
-    CallShape(("item",), "custom_tool_call", ("call_id",), ("name",)),
-    CallShape(("input", ANY), "custom_tool_call", ("call_id",), ("name",)),
+    CallShape(("output", ANY), "function_call", ("call_id",), ("name",), ("arguments",)),
+    CallShape(("item",), "function_call", ("call_id",), ("name",), ("arguments",)),
+    CallShape(("response", "output", ANY), "function_call", ("call_id",), ("name",),
+              ("arguments",)),
+    CallShape(("input", ANY), "function_call", ("call_id",), ("name",), ("arguments",)),
+    CallShape(("output", ANY), "custom_tool_call", ("call_id",), ("name",), ("input",)),
+    CallShape(("item",), "custom_tool_call", ("call_id",), ("name",), ("input",)),
+    CallShape(("input", ANY), "custom_tool_call", ("call_id",), ("name",), ("input",)),
     # Gemini: candidates[].content.parts[].functionCall {name, id?}
     # (ai.google.dev/api/caching#FunctionCall); contents[] in a request.
     CallShape(
-        ("candidates", ANY, "content", "parts", ANY, "functionCall"), None, ("id",), ("name",)
+        ("candidates", ANY, "content", "parts", ANY, "functionCall"), None, ("id",), ("name",),
+        ("args",)
     ),
-    CallShape(("contents", ANY, "parts", ANY, "functionCall"), None, ("id",), ("name",)),
+    CallShape(("contents", ANY, "parts", ANY, "functionCall"), None, ("id",), ("name",),
+              ("args",)),
 )
 
 #: OpenAI chat streaming: tool_calls deltas carry ``index``; the id and the
@@ -86,15 +93,27 @@ def _at_pattern(value: object, pattern: Path, trail: Path = ()) -> Iterator[tupl
         yield from _at_pattern(found, rest, trail + (head,))
 
 
+def nodes_at(value: object, pattern: Path) -> Iterator[tuple[Path, object]]:
+    """(path, value) of everything in ``value`` matching ``pattern`` ("*"
+    for every element of an array), latest element first."""
+    return _at_pattern(value, pattern)
+
+
+def call_nodes(document: object) -> Iterator[tuple[CallShape, Path, object]]:
+    """Each tool-call object in one document, with the shape that found it
+    and its path (id and name not checked: a Gemini call may have no id)."""
+    for shape in CALL_SHAPES:
+        for path, call in _at_pattern(document, shape.pattern):
+            if shape.type is None or text_at(call, ("type",)) == shape.type:
+                yield shape, path, call
+
+
 def calls_in(document: object) -> Iterator[tuple[str, str]]:
     """(call id, tool name) of each complete tool call in one document."""
-    for shape in CALL_SHAPES:
-        for _, call in _at_pattern(document, shape.pattern):
-            if shape.type is not None and text_at(call, ("type",)) != shape.type:
-                continue
-            call_id, name = text_at(call, shape.id_path), text_at(call, shape.name_path)
-            if call_id and name:
-                yield call_id, name
+    for shape, _, call in call_nodes(document):
+        call_id, name = text_at(call, shape.id_path), text_at(call, shape.name_path)
+        if call_id and name:
+            yield call_id, name
 
 
 def _stream_calls(docs: Iterable[object]) -> Iterator[tuple[str, str]]:

@@ -8,10 +8,11 @@ responses or tool names beyond what the result itself carries
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from wiretape.matching.jsontree import Path, at, text_at
-from wiretape.matching.toolcalls import ANY
+from wiretape.matching.toolcalls import ANY, nodes_at
 
 
 @dataclass(frozen=True)
@@ -78,3 +79,15 @@ def tool_result_at(tree: object, path: Path) -> ToolResult | None:
         if call_id or name:
             return ToolResult(call_id or "", name, own)
     return None
+
+
+def results_in(tree: object) -> Iterator[ToolResult]:
+    """Every tool result in a request body, latest first within each shape."""
+    for shape in RESULT_SHAPES:
+        for path, node in nodes_at(tree, shape.pattern):
+            if shape.where is not None and text_at(node, shape.where[0]) != shape.where[1]:
+                continue
+            call_id = text_at(node, shape.id_path)
+            name = text_at(node, shape.name_path) if shape.name_path is not None else None
+            if call_id or name:
+                yield ToolResult(call_id or "", name, path)

@@ -1,0 +1,126 @@
+"""What a person reads out of one exchange: the values the wire-format
+readers return. Display only: recording and matching never use these.
+
+Owns the frozen dataclasses and their JSON form. Knows nothing of bytes,
+SSE or any provider's shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model asked for. ``call_id`` is "" when the format
+    gives none (Gemini often does not); ``arguments`` is the JSON text as the
+    model wrote it (streamed fragments joined); ``kind`` is ``function``,
+    ``custom`` or ``server`` (run by the provider itself)."""
+
+    call_id: str
+    name: str
+    arguments: str
+    kind: str = "function"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts as the provider reported them (None: not reported)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    @property
+    def total(self) -> int | None:
+        if self.total_tokens is not None:
+            return self.total_tokens
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+
+@dataclass(frozen=True)
+class WireError:
+    """An error the provider sent: as the whole answer (``in_band`` False),
+    or inside a successful stream (an error event or chunk)."""
+
+    message: str
+    type: str | None = None
+    in_band: bool = False
+
+
+@dataclass(frozen=True)
+class ResponseView:
+    """A response reassembled. ``events`` counts the JSON documents or SSE
+    events read; ``unknown_events`` names the ones not understood, with how
+    often each came (shown, never fatal); ``notes`` says what could not be
+    read at all (an unknown content coding, a body that is not JSON)."""
+
+    format: str
+    streamed: bool
+    model: str | None = None
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: str | None = None
+    usage: Usage | None = None
+    errors: tuple[WireError, ...] = ()
+    events: int = 0
+    unknown_events: tuple[tuple[str, int], ...] = ()
+    vectors: int | None = None
+    dimensions: int | None = None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["unknown_events"] = [{"name": n, "count": c} for n, c in self.unknown_events]
+        if self.usage is not None:
+            data["usage"]["total"] = self.usage.total
+        return data
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a request's conversation, summarised: its role, its
+    readable text, the tool calls an assistant turn repeats, and the call id
+    a tool result answers (``result_for``; "" when the format has none)."""
+
+    role: str
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    result_for: str | None = None
+    result_name: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """A request summarised: the conversation it sends, the tools it offers."""
+
+    format: str
+    model: str | None = None
+    streamed: bool = False
+    system: str = ""
+    messages: tuple[Message, ...] = ()
+    tools: tuple[str, ...] = ()
+    inputs: int | None = None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ExchangeView:
+    """One exchange read for a person; ``response`` is None when the origin
+    never answered."""
+
+    request: RequestView
+    response: ResponseView | None
+    tool_results: tuple[tuple[str, str | None], ...] = field(default=())
+
+    @property
+    def model(self) -> str | None:
+        return (self.response.model if self.response else None) or self.request.model
