@@ -31,7 +31,7 @@ def run_demo(keep_dir: Path | None, say: Callable[[str], None]) -> int:
     say("wiretape demo: 1/3 recording the example agent against the fake provider")
     with FakeProvider(demo_script(), port=0) as provider:
         recorded = asyncio.run(record(
-            argv, out=None if keep_dir is None else directory / "demo.wtape",
+            argv, out=None if keep_dir is None else directory / time.strftime("demo-%Y%m%d-%H%M%S.wtape"),
             upstreams=[("openai", provider.url + "/v1")],
             echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO(),
         ))

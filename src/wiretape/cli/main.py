@@ -59,7 +59,7 @@ def _ports(values: Sequence[str]) -> list[tuple[str | None, int]]:
 
 
 def _substitutions(values: Sequence[str]) -> tuple[Substitution, ...]:
-    return tuple(Substitution(o.encode(), n.encode()) for o, n in parse_pairs(values, "--substitute"))
+    return tuple(Substitution(o.encode(), n.encode()) for o, n in parse_pairs(values, "--substitute", "OLD=NEW"))
 
 
 class _Group(click.Group):
@@ -82,20 +82,20 @@ def cli() -> None:
     """
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
               help="Run file to write (default .wiretape/runs/<run-id>.wtape).")
 @click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
               help="Origin to forward NAME to, e.g. openai=https://api.openai.com/v1. Repeatable.")
 @click.option("--port", "ports", multiple=True, metavar="[NAME=]N",
               help="Fixed proxy port for an origin (default: the first --upstream, else openai).")
-@click.option("--max-body", type=int, default=DEFAULT_MAX_BODY, show_default=True,
+@click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY, show_default=True,
               help="Largest request body accepted, in bytes; larger gets 413.")
 @click.option("--snapshot", "snapshot_paths", multiple=True, metavar="PATH",
               help="Tree to snapshot before the agent starts (default: the working directory; "
                    "~ allowed). Repeatable.")
 @click.option("--no-snapshot", is_flag=True, help="Snapshot nothing.")
-@click.option("--snapshot-max", type=int, default=DEFAULT_SNAPSHOT_MAX, show_default=True,
+@click.option("--snapshot-max", type=click.IntRange(min=1), default=DEFAULT_SNAPSHOT_MAX, show_default=True,
               help="Largest total snapshot, in bytes; larger is refused.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...], max_body: int,
@@ -127,7 +127,7 @@ def _mode(strict: bool, diagnostic: bool) -> Mode:
     return Mode.DIAGNOSTIC if diagnostic else Mode.STRICT
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @click.argument("run")
 @click.option("--strict", is_flag=True, help="Stop at the first mismatch (default).")
 @click.option("--diagnostic", is_flag=True, help="Go on past mismatches, labelling each.")
@@ -139,7 +139,9 @@ def _mode(strict: bool, diagnostic: bool) -> Mode:
 @click.option("--allow-substitutions", is_flag=True, help="Strict mode accepts substituted requests.")
 @click.option("--port", "ports", multiple=True, metavar="[NAME=]N",
               help="Proxy port for an origin (default: the recorded port when free).")
-@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the verdict as JSON on stdout, after the agent's own output "
+                   "(for the verdict alone: wiretape verdict RUN --json).")
 @click.option("--keep", is_flag=True, help="Keep the sandbox directory afterwards.")
 @click.option("--same-paths/--no-same-paths", default=None,
               help="Show the sandbox at the original paths (default where Linux allows it), "
@@ -194,7 +196,7 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
 @click.option("--diagnostic", is_flag=True)
 @click.option("--pace", type=click.Choice(["fast", "recorded"]), default="fast")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
-@click.option("--max-body", type=int, default=DEFAULT_MAX_BODY, show_default=True,
+@click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY, show_default=True,
               help="Largest request body accepted, in bytes; larger gets 413.")
 def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
           out: Path | None, strict: bool, diagnostic: bool, pace: str, as_json: bool,
@@ -236,10 +238,22 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
     from wiretape.launch.replay import ReplaySettings, replay as do_replay
 
     assert replay_run is not None
+    run_path = resolve_run(replay_run)
+    with RunFile.open(run_path) as rf:
+        recorded_ports = {o.name: o.port for o in rf.info().origins}
+
+    def announce_replay(origins: Sequence[Any]) -> None:
+        announce(origins)
+        for o in origins:
+            if recorded_ports.get(o.name) and recorded_ports[o.name] != o.port:
+                _say(f"wiretape: warning: {o.name}'s recorded port {recorded_ports[o.name]} is "
+                     f"taken, so it listens on {o.port}: point the agent's config there, or free "
+                     f"the port, or give --port {o.name}=N")
+
     settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace), ports=tuple(_ports(ports)),
                               max_body=max_body)
-    verdict = asyncio.run(do_replay(resolve_run(replay_run), None, settings,
-                                    on_listening=announce, until=stop))
+    verdict = asyncio.run(do_replay(run_path, None, settings,
+                                    on_listening=announce_replay, until=stop))
     _say(render.verdict_line(verdict))
     for line in render.verdict_details(verdict):
         _say(line)
@@ -366,8 +380,13 @@ def main() -> None:
     except click.exceptions.Abort:
         _say("wiretape: aborted")
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `wiretape` alone: the help
+        click.echo(exc.ctx.get_help() if exc.ctx else cli.get_help(click.Context(cli)))
+        sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
-        _say(f"wiretape: error: {exc.format_message()} (see wiretape --help)")
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "wiretape"
+        _say(f"wiretape: error: {exc.format_message()} (see {where} --help)")
         sys.exit(EXIT_USAGE)
     except WiretapeError as exc:
         _fail(exc)

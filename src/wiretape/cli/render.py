@@ -34,7 +34,13 @@ def record_summary(result: RecordResult) -> list[str]:
         f"{'s' if result.exchanges != 1 else ''}, {human_bytes(result.body_bytes)}, "
         f"{result.duration_s:.1f} s -> {result.path}"
     ]
-    if result.exchanges == 0:
+    if result.refused:
+        counts: dict[tuple[int, str], int] = {}
+        for key in result.refused:
+            counts[key] = counts.get(key, 0) + 1
+        said = ", ".join(f"{n} x {status} {code}" for (status, code), n in counts.items())
+        lines.append(f"wiretape: refused before forwarding (not recorded): {said}")
+    if result.exchanges == 0 and not result.refused:
         names = ", ".join(sorted({v for o in result.origins for v in o.env_vars})) or "none"
         ports = ", ".join(f"{o.name}=127.0.0.1:{o.port}" for o in result.origins)
         lines.append(
@@ -69,6 +75,7 @@ _KIND_COLOUR = {"diverged": "red", "missing": "red", "substituted": "yellow"}
 
 def _clip(text: str, n: int = 100) -> str:
     text = text.replace("\n", "\\n").replace("\r", "\\r")
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
     return text if len(text) <= n else text[: n - 3] + "..."
 
 

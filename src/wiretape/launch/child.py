@@ -67,6 +67,7 @@ class Child:
     stderr: bytearray = field(default_factory=bytearray)
     stopped: str | None = None
     _pumps: list[threading.Thread] = field(default_factory=list)
+    _terminal: int | None = None  # the terminal given to the agent's group, to take back
 
     @classmethod
     async def start(
@@ -88,6 +89,7 @@ class Child:
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             raise CommandNotFound(argv[0], str(exc)) from exc
         child = cls(process)
+        child._terminal = _hand_terminal_to(process.pid)
         out = echo_stdout if echo_stdout is not None else sys.stdout.buffer
         err = echo_stderr if echo_stderr is not None else sys.stderr.buffer
         assert process.stdout is not None and process.stderr is not None
@@ -103,6 +105,9 @@ class Child:
         """Wait for the agent to exit. Output still arriving from processes it
         left running is read for ``OUTPUT_DRAIN_S`` more, then no longer."""
         status = await asyncio.to_thread(self.process.wait)
+        if self._terminal is not None:
+            _take_terminal_back(self._terminal)
+            self._terminal = None
         deadline = time.monotonic() + OUTPUT_DRAIN_S
         for thread in self._pumps:
             await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
@@ -124,6 +129,37 @@ class Child:
             await asyncio.to_thread(self.process.wait, grace)
         except subprocess.TimeoutExpired:
             self.signal_group(signal.SIGKILL)
+
+
+def _hand_terminal_to(pgid: int) -> int | None:
+    """Make the agent's process group the terminal's foreground group, so
+    an interactive agent can read its terminal (a background group reading
+    it would be stopped by SIGTTIN). Returns the terminal's fd, or None."""
+    try:
+        fd = sys.stdin.fileno()
+        if not os.isatty(fd) or os.tcgetpgrp(fd) != os.getpgrp():
+            return None
+        with _ignoring(signal.SIGTTOU):
+            os.tcsetpgrp(fd, pgid)
+        return fd
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _take_terminal_back(fd: int) -> None:
+    with contextlib.suppress(OSError), _ignoring(signal.SIGTTOU):
+        os.tcsetpgrp(fd, os.getpgrp())
+
+
+@contextlib.contextmanager
+def _ignoring(sig: int):  # type: ignore[no-untyped-def]
+    """While inside, ``sig`` is ignored (tcsetpgrp from a background group
+    sends SIGTTOU, man 3 tcsetpgrp)."""
+    old = signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(sig, old)
 
 
 def _pump(stream: BinaryIO, echo: BinaryIO, keep: bytearray) -> None:

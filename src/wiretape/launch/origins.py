@@ -46,13 +46,13 @@ class PlannedOrigin:
     env_vars: tuple[str, ...]
 
 
-def parse_pairs(values: Sequence[str], what: str) -> list[tuple[str, str]]:
+def parse_pairs(values: Sequence[str], what: str, shape: str = "NAME=VALUE") -> list[tuple[str, str]]:
     """``NAME=VALUE`` pairs, in order. Raises UsageError."""
     pairs = []
     for value in values:
         name, eq, rest = value.partition("=")
         if not eq or not name or not rest:
-            raise UsageError(f"invalid {what} {value!r}: expected NAME=VALUE")
+            raise UsageError(f"invalid {what} {value!r}: expected {shape}")
         pairs.append((name.strip(), rest.strip()))
     return pairs
 

@@ -45,6 +45,8 @@ class RecordResult:
     exit_status: int | None
     origins: tuple[Origin, ...]
     failures: list[str] = field(default_factory=list)
+    #: requests refused before an exchange began, as (HTTP status, code)
+    refused: list[tuple[int, str]] = field(default_factory=list)
 
 
 def _origin_error_body(path: bytes) -> Callable[[int, str, str], tuple]:  # type: ignore[type-arg]
@@ -100,7 +102,7 @@ async def record(
     run_id = new_run_id()
     path = Path(out) if out is not None else runs_dir() / f"{run_id}.wtape"
     if path.exists():
-        raise RunFileError(path, "it already exists; choose another -o path")
+        raise RunFileError(path, "it already exists and is never overwritten; choose another -o path")
     roots = [Path(cwd)] if snapshots is None and argv is not None else list(snapshots or [])
     taken = take_snapshots(roots, exclude=_store_paths(path), max_bytes=snapshot_max)
     listeners = Listeners(max_body=max_body)
@@ -148,7 +150,7 @@ async def record(
         exchanges, body_bytes = run.exchange_count(), run.body_bytes()
         run.close(compact=True)
     return RecordResult(run_id, path, exchanges, body_bytes, time.monotonic() - t0, exit_status,
-                        tuple(origins), recorder.stats.failures)
+                        tuple(origins), recorder.stats.failures, listeners.refused)
 
 
 def _store_paths(run_path: Path) -> frozenset[Path]:

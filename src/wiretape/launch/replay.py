@@ -113,6 +113,10 @@ async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer:
     free (else any free port). Raises PortInUse for a taken --port."""
     overrides = dict(ports)
     primary = origins[0].name if origins else ""
+    unknown = sorted(str(n) for n in overrides if n is not None and n not in {o.name for o in origins})
+    if unknown:
+        raise UsageError(f"--port names origin {unknown[0]!r}, which this run did not record "
+                         f"(its origins: {', '.join(o.name for o in origins)})")
     bound = []
     for origin in origins:
         _, _, base = parse_upstream(origin.upstream)

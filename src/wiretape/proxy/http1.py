@@ -62,7 +62,9 @@ class ClientConnection:
         *,
         max_body: int = DEFAULT_MAX_BODY,
         error_body: ErrorBody = plain_error,
+        on_refused: Callable[[int, str], None] | None = None,
     ) -> None:
+        self._on_refused = on_refused
         self._reader = reader
         self._writer = writer
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=256 * 1024)
@@ -163,6 +165,8 @@ class ClientConnection:
         raise ProtocolRefused("body too large")
 
     async def _refuse(self, status: int, code: str, message: str) -> None:
+        if self._on_refused is not None:
+            self._on_refused(status, code)
         headers, body = self._error_body(status, code, "wiretape: " + message)
         if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             await self.send_head(status, _REASONS.get(status, b""), headers, keep_alive=False)

@@ -53,7 +53,7 @@ class Recorder:
 
     async def aclose(self) -> None:
         """Wait for every exchange to be committed, then close the client."""
-        if self._pending:
+        while self._pending:
             await asyncio.gather(*set(self._pending), return_exceptions=True)
         await self._client.aclose()
 
@@ -110,6 +110,16 @@ class Recorder:
                 ending, error = Ending.TIMEOUT, f"{type(exc).__name__}: {exc}"
             except httpx.TransportError as exc:
                 ending, error = Ending.ORIGIN_RESET, f"{type(exc).__name__}: {exc}"
+            except asyncio.CancelledError:
+                # wiretape is stopping with this response still streaming:
+                # keep what the agent already got, then stop.
+                response = Response(origin_resp.status_code, reason, raw_headers, tuple(frames),
+                                    version)
+                self._schedule_store(Exchange(
+                    seq, connection_id, origin, wall, request, response, Ending.CLIENT_GONE,
+                    ttfb, time.monotonic_ns() - t0, "wiretape stopped while the response streamed"))
+                await conn.abort()
+                raise
             finally:
                 await origin_resp.aclose()
             response = Response(origin_resp.status_code, reason, raw_headers, tuple(frames), version)
@@ -123,9 +133,12 @@ class Recorder:
         duration = time.monotonic_ns() - t0
         exchange = Exchange(seq, connection_id, origin, wall, request, response, ending,
                             ttfb, duration, error)
-        # Stored off the client's path: the next request on this connection
-        # need not wait for the commit.
-        task = asyncio.create_task(self._store(exchange), name=f"wiretape-store-{seq}")
+        self._schedule_store(exchange)
+
+    def _schedule_store(self, exchange: Exchange) -> None:
+        """Store off the client's path: the next request on this connection
+        need not wait for the commit."""
+        task = asyncio.create_task(self._store(exchange), name=f"wiretape-store-{exchange.seq}")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 

@@ -23,6 +23,8 @@ class Listeners:
         self._tasks: dict[asyncio.Task[None], ClientConnection] = {}
         self._ids = itertools.count(1)
         self.max_body = max_body
+        #: requests refused before any exchange began: (status, code)
+        self.refused: list[tuple[int, str]] = []
 
     def next_connection_id(self) -> int:
         return next(self._ids)
@@ -43,7 +45,8 @@ class Listeners:
 
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             conn_id = self.next_connection_id()
-            conn = ClientConnection(reader, writer, max_body=self.max_body, error_body=error_body)
+            conn = ClientConnection(reader, writer, max_body=self.max_body, error_body=error_body,
+                                    on_refused=lambda status, code: self.refused.append((status, code)))
             task = asyncio.current_task()
             if task is not None:
                 task.set_name(f"wiretape-conn-{conn_id}")

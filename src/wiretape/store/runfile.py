@@ -103,7 +103,7 @@ class RunFile:
             db.execute("PRAGMA synchronous = NORMAL")
             schema.create(db)
         except FileExistsError as exc:
-            raise RunFileError(path, "it already exists; choose another -o path") from exc
+            raise RunFileError(path, "it already exists and is never overwritten; choose another -o path") from exc
         except (OSError, sqlite3.Error) as exc:
             raise RunFileError(path, str(exc)) from exc
         run = cls(path, db)
