@@ -1,0 +1,48 @@
+"""Everything ``show`` and ``report`` read out of one run file: metadata,
+exchanges, their views, the timeline, the tool-call ledger and each
+replay's verdict. Owns the one place that reads a run for inspection; the
+parts it combines are pure. Knows nothing of the CLI or HTML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from wiretape.inspect.formats import ExchangeView, read_exchange
+from wiretape.inspect.ledger import Ledger, build_ledger
+from wiretape.inspect.timeline import TimelineRow, timeline
+from wiretape.model import Exchange, RunInfo
+from wiretape.playback.verdict import Verdict
+from wiretape.store.runfile import RunFile
+
+
+@dataclass(frozen=True)
+class RunOverview:
+    path: Path
+    info: RunInfo
+    exchanges: tuple[Exchange, ...]
+    views: dict[int, ExchangeView]
+    rows: tuple[TimelineRow, ...]
+    ledger: Ledger
+    verdicts: tuple[Verdict, ...]
+
+
+def overview(path: Path, advance: Callable[[], None] = lambda: None,
+             on_total: Callable[[int], None] = lambda n: None) -> RunOverview:
+    """Read the run at ``path``. Raises RunFileError."""
+    from wiretape.launch.replay import verdict_of
+
+    with RunFile.open(path) as run:
+        info = run.info()
+        on_total(run.exchange_count())
+        exchanges = run.exchanges()  # a damaged page is a RunFileError naming the file
+        views = []
+        for exchange in exchanges:
+            views.append((exchange.seq, read_exchange(exchange)))
+            advance()
+        verdicts = [v for v in (verdict_of(run, r["id"]) for r in run.replays()) if v is not None]
+    return RunOverview(path, info, tuple(exchanges), dict(views),
+                       tuple(timeline(info, exchanges, views)), build_ledger(views),
+                       tuple(verdicts))
