@@ -1,0 +1,292 @@
+"""HAR 1.2 (w3c.github.io/web-performance/specs/HAR/Overview.html) out of
+a run and back into one.
+
+Export: one entry per exchange, bodies verbatim (``text`` when the bytes
+are UTF-8, else base64 with ``encoding: "base64"``, compressed bodies
+included), headers in wire order with their redacted values, ``timings``
+from the time to first byte and the duration, and the frame timing in a
+``_frames`` field (offset in ns and size of each frame). What HAR has no
+field for (sequence, origin, raw target, how the exchange ended, the run's
+metadata and redaction facts) goes in ``_wiretape`` members, so our own
+export imports back into an equal run.
+
+Import: our own export exactly; any other HAR (a browser's developer tools)
+with origins named from the URLs, HTTP/2 pseudo-headers dropped, SSE bodies
+cut into one frame per event, and the repairs of ``interop`` noted.
+Knows nothing of the CLI.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from wiretape import __version__
+from wiretape.errors import UsageError
+from wiretape.inspect import interop
+from wiretape.matching.documents import decoded_body
+from wiretape.model import (
+    Ending,
+    Exchange,
+    Frame,
+    Headers,
+    Origin,
+    Redaction,
+    Request,
+    Response,
+    RunInfo,
+    header_value,
+)
+from wiretape.proxy.upstream import parse_upstream
+
+_NO_TIMING = {"blocked": -1, "dns": -1, "connect": -1, "ssl": -1}
+
+
+def _iso(ns: int) -> str:
+    moment = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _headers(headers: Headers) -> list[dict[str, str]]:
+    return [{"name": k.decode("latin-1"), "value": v.decode("latin-1")} for k, v in headers]
+
+
+def _body(data: bytes) -> dict[str, str]:
+    try:
+        return {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"text": base64.b64encode(data).decode("ascii"), "encoding": "base64"}
+
+
+def _mime(headers: Headers) -> str:
+    return (header_value(headers, b"content-type") or b"").decode("latin-1")
+
+
+def _ms(ns: int | None) -> float:
+    return round((ns or 0) / 1e6, 3)
+
+
+def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> dict[str, Any]:
+    req, resp = e.request, e.response
+    target = req.target.decode("latin-1")
+    query = target.split("?", 1)[1] if "?" in target else ""
+    post = {"mimeType": _mime(req.headers), **_body(req.body)}
+    if "encoding" in post:  # HAR 1.2 postData has no encoding field; ours is marked
+        post["_encoding"] = post.pop("encoding")
+    entry: dict[str, Any] = {
+        "startedDateTime": _iso(e.started_at_ns),
+        "time": _ms(e.duration_ns),
+        "request": {
+            "method": req.method.decode("latin-1"), "url": bases.get(e.origin, "http://unknown") + target,
+            "httpVersion": "HTTP/" + req.http_version.decode("latin-1"), "cookies": [],
+            "headers": _headers(req.headers),
+            "queryString": [{"name": k, "value": v} for k, _, v in
+                            (p.partition("=") for p in query.split("&") if p)],
+            "postData": post, "headersSize": -1, "bodySize": len(req.body),
+        },
+        "cache": {},
+        "timings": {**_NO_TIMING, "send": 0, "wait": _ms(e.ttfb_ns if e.ttfb_ns is not None
+                                                        else e.duration_ns),
+                    "receive": _ms(e.duration_ns - (e.ttfb_ns or e.duration_ns))},
+        "connection": str(e.connection_id),
+        "_frames": [{"offset_ns": f.offset_ns, "size": len(f.data)} for f in resp.frames]
+        if resp else [],
+        "_wiretape": {
+            "seq": e.seq, "origin": e.origin, "target": target, "started_at_ns": e.started_at_ns,
+            "ttfb_ns": e.ttfb_ns, "duration_ns": e.duration_ns, "ending": e.ending.value,
+            "error": e.error, "connection_id": e.connection_id,
+            "request_http_version": req.http_version.decode("latin-1"),
+            "response": resp is not None,
+            "redactions": [[r.location, r.name, r.fingerprint] for r in redactions],
+        },
+    }
+    if resp is None:
+        entry["response"] = {"status": 0, "statusText": "", "httpVersion": "", "cookies": [],
+                             "headers": [], "content": {"size": 0, "mimeType": ""},
+                             "redirectURL": "", "headersSize": -1, "bodySize": -1,
+                             "_error": e.error or e.ending.value}
+        return entry
+    decoded = decoded_body(resp)
+    content: dict[str, Any] = {"size": len(decoded) if decoded is not None else len(resp.body),
+                               "mimeType": _mime(resp.headers), **_body(resp.body)}
+    if decoded is not None and len(decoded) != len(resp.body):
+        content["compression"] = len(decoded) - len(resp.body)
+    entry["response"] = {
+        "status": resp.status, "statusText": resp.reason.decode("latin-1"),
+        "httpVersion": "HTTP/" + resp.http_version.decode("latin-1"), "cookies": [],
+        "headers": _headers(resp.headers), "content": content,
+        "redirectURL": (header_value(resp.headers, b"location") or b"").decode("latin-1"),
+        "headersSize": -1, "bodySize": len(resp.body),
+    }
+    return entry
+
+
+def export_har(info: RunInfo, exchanges: Iterator[Exchange],
+               redactions: Sequence[tuple[int | None, Redaction]],
+               advance: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """The run as a HAR 1.2 log (a JSON value)."""
+    bases = {o.name: parse_upstream(o.upstream)[0] for o in info.origins}
+    by_seq: dict[int | None, list[Redaction]] = {}
+    for seq, r in redactions:
+        by_seq.setdefault(seq, []).append(r)
+    entries = []
+    for e in exchanges:
+        entries.append(_entry(e, bases, by_seq.get(e.seq, [])))
+        advance()
+    return {"log": {
+        "version": "1.2", "creator": {"name": "wiretape", "version": __version__},
+        "pages": [], "entries": entries,
+        "comment": f"wiretape run {info.run_id}; bodies verbatim, secrets redacted",
+        "_wiretape": {
+            "run_id": info.run_id, "wiretape_version": info.wiretape_version,
+            "argv": list(info.argv), "cwd": info.cwd, "env_names": list(info.env_names),
+            "origins": [[o.name, o.upstream, o.port, list(o.env_vars)] for o in info.origins],
+            "started_at_ns": info.started_at_ns, "ended_at_ns": info.ended_at_ns,
+            "exit_status": info.exit_status, "stdout": info.stdout.decode("latin-1"),
+            "stderr": info.stderr.decode("latin-1"), "mode": info.mode, "extra": info.extra,
+            "run_redactions": [[r.location, r.name, r.fingerprint] for r in by_seq.get(None, [])],
+        },
+    }}
+
+
+# -- import ------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    pass
+
+
+def _obj(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Bad(f"{what} is not an object")
+    return value
+
+
+def _text(value: object, encoding: object) -> bytes:
+    if value is None:
+        return b""
+    if not isinstance(value, str):
+        raise _Bad("a body text is not a string")
+    if encoding == "base64":
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise _Bad(f"a base64 body does not decode: {exc}") from exc
+    return value.encode("utf-8", "surrogateescape")
+
+
+def _pairs(items: object) -> Headers:
+    out = []
+    for h in items if isinstance(items, list) else ():
+        h = _obj(h, "a header")
+        name, value = str(h.get("name", "")), str(h.get("value", ""))
+        if name and not name.startswith(":"):  # HTTP/2 pseudo-headers are not fields
+            out.append((name.encode("latin-1", "replace"), value.encode("latin-1", "replace")))
+    return tuple(out)
+
+
+def _ns(ms: object) -> int:
+    return int(float(ms) * 1e6) if isinstance(ms, (int, float)) and ms >= 0 else 0
+
+
+def _started(value: object) -> int:
+    try:
+        moment = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        return 0
+    return interop.epoch_ns(moment)
+
+
+def _exchange(n: int, entry: dict[str, Any], origins: dict[str, Origin],
+              notes: list[str]) -> tuple[Exchange, list[Redaction]]:
+    ours = entry.get("_wiretape") if isinstance(entry.get("_wiretape"), dict) else None
+    req = _obj(entry.get("request"), f"entry {n}'s request")
+    resp = _obj(entry.get("response"), f"entry {n}'s response")
+    base, _, target = interop.split_url(str(req.get("url", "")))
+    post: dict[str, Any] = req["postData"] if isinstance(req.get("postData"), dict) else {}
+    request = Request(
+        str(req.get("method", "GET")).encode("latin-1"),
+        (ours["target"] if ours else target).encode("latin-1"), _pairs(req.get("headers")),
+        _text(post.get("text"), post.get("_encoding", post.get("encoding"))),
+        (ours or {}).get("request_http_version", "1.1").encode("latin-1"))
+    timings: dict[str, Any] = entry["timings"] if isinstance(entry.get("timings"), dict) else {}
+    duration = ours["duration_ns"] if ours else _ns(entry.get("time"))
+    ttfb = ours["ttfb_ns"] if ours else _ns(timings.get("send", 0)) + _ns(timings.get("wait"))
+    response = None
+    if (ours["response"] if ours else resp.get("status", 0)):
+        content: dict[str, Any] = resp["content"] if isinstance(resp.get("content"), dict) else {}
+        body = _text(content.get("text"), content.get("encoding"))
+        version = str(resp.get("httpVersion") or "HTTP/1.1").removeprefix("HTTP/")
+        response = Response(int(resp.get("status", 0)), str(resp.get("statusText", "")).encode(
+            "latin-1", "replace"), _pairs(resp.get("headers")), (), version.encode("latin-1"))
+        sizes = entry.get("_frames")
+        if isinstance(sizes, list) and sum(int(f.get("size", 0)) for f in sizes) == len(body):
+            frames, pos = [], 0
+            for f in sizes:
+                frames.append(Frame(int(f.get("offset_ns", 0)), body[pos:pos + int(f["size"])]))
+                pos += int(f["size"])
+            response = Response(response.status, response.reason, response.headers,
+                                tuple(frames), response.http_version)
+        else:
+            response = Response(response.status, response.reason, response.headers,
+                                interop.sse_frames(body, ttfb), response.http_version)
+        if not ours:
+            if "text" not in content and content.get("size"):
+                notes.append(f"entry {n}: the HAR holds no response body")
+            response, fixed = interop.repair_response(response, f"entry {n}")
+            notes.extend(fixed)
+    if ours:
+        facts = [Redaction(*r) for r in ours.get("redactions", [])]
+        return Exchange(ours["seq"], ours["connection_id"], ours["origin"], ours["started_at_ns"],
+                        request, response, Ending(ours["ending"]), ttfb, duration,
+                        ours.get("error")), facts
+    conn = str(entry.get("connection", ""))
+    return Exchange(n, int(conn) if conn.isdigit() else n, origins[base].name,
+                    _started(entry.get("startedDateTime")), request, response,
+                    Ending.COMPLETE if response else Ending.ORIGIN_UNREACHABLE,
+                    ttfb if response else None, duration), []
+
+
+def _info(log: dict[str, Any], origins: dict[str, Origin], source: str,
+          entries: list[dict[str, Any]]) -> RunInfo:
+    meta = log.get("_wiretape")
+    if not isinstance(meta, dict):
+        starts = [t for t in (_started(e.get("startedDateTime")) for e in entries) if t]
+        return interop.new_info(source, list(origins.values()), min(starts, default=0))
+    extra = {**meta.get("extra", {}), "imported_from": source,
+             "source_run_id": str(meta.get("run_id", ""))}
+    return RunInfo(
+        run_id="", wiretape_version=meta.get("wiretape_version", "?"), argv=tuple(meta["argv"]),
+        cwd=meta["cwd"], env_names=tuple(meta["env_names"]),
+        origins=tuple(Origin(n, u, p, tuple(v)) for n, u, p, v in meta["origins"]),
+        started_at_ns=meta["started_at_ns"], ended_at_ns=meta.get("ended_at_ns"),
+        exit_status=meta.get("exit_status"), stdout=meta.get("stdout", "").encode("latin-1"),
+        stderr=meta.get("stderr", "").encode("latin-1"), mode=meta.get("mode", "record"),
+        extra=extra)
+
+
+def import_har(source: Path, out: Path | None,
+               advance: Callable[[], None] = lambda: None,
+               on_total: Callable[[int], None] = lambda n: None) -> interop.Imported:
+    """Read the HAR file at ``source`` into a new run. Raises UsageError."""
+    try:
+        data = json.loads(source.read_bytes())
+        log = _obj(_obj(data, "the file").get("log"), "log")
+        entries = [_obj(e, "an entry") for e in log.get("entries", [])]
+        on_total(len(entries))
+        bases = [(interop.split_url(str(_obj(e.get("request"), "a request").get("url", "")))[0],
+                  interop.split_url(str(e["request"].get("url", "")))[2]) for e in entries]
+        origins = interop.plan_origins(bases)
+        info = _info(log, origins, f"har:{source.name}", entries)
+        notes: list[str] = []
+        exchanges = [_exchange(n, e, origins, notes) for n, e in enumerate(entries)]
+    except OSError as exc:
+        raise UsageError(f"cannot read HAR file {source}: {exc.strerror or exc}") from exc
+    except (ValueError, KeyError, TypeError, _Bad) as exc:
+        raise UsageError(f"{source} is not a HAR 1.2 file wiretape can read: {exc}") from exc
+    return interop.write_run(exchanges, info, out, notes, advance)
