@@ -1,0 +1,207 @@
+"""The commands that show what an agent did: ``show`` (timeline, ledger,
+one exchange whole), ``report`` (a self-contained HTML page), ``export
+--har`` and ``import --har`` / ``--vcr``. Registered on the main group by
+``register``. Parsing and printing only: the work is in ``wiretape.inspect``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from wiretape.cli import inspect_render as text
+from wiretape.cli.render import table, verdict_line
+from wiretape.errors import UsageError
+from wiretape.inspect.overview import RunOverview, overview
+from wiretape.inspect.progress import Progress
+from wiretape.store.locate import resolve_run
+from wiretape.store.runfile import RunFile
+
+
+def _read(run: str, label: str) -> RunOverview:
+    progress = Progress.on_stderr(label, None)
+    try:
+        return overview(resolve_run(run), progress.advance, progress.set_total)
+    finally:
+        progress.close()
+
+
+def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, object]:
+    info = ov.info
+    if seq is not None:
+        exchange = next(e for e in ov.exchanges if e.seq == seq)
+        view = ov.views[seq]
+        row = next(r for r in ov.rows if r.seq == seq)
+        data: dict[str, object] = {
+            **row.to_json(), "request": view.request.to_json(),
+            "response": view.response.to_json() if view.response else None,
+            "tool_results": [{"call_id": c, "name": n} for c, n in view.tool_results],
+        }
+        if frames:
+            data["frames_data"] = text.frames_json(exchange)
+        return data
+    return {
+        "run_id": info.run_id, "path": str(ov.path), "argv": list(info.argv), "cwd": info.cwd,
+        "exit_status": info.exit_status, "started_at_ns": info.started_at_ns,
+        "origins": [{"name": o.name, "upstream": o.upstream, "port": o.port} for o in info.origins],
+        "exchanges": [r.to_json() for r in ov.rows],
+        "ledger": ov.ledger.to_json(),
+        "replays": [{"replay_id": v.replay_id, "mode": v.mode, "pass": v.passed,
+                     "recorded": v.recorded, "exact": v.exact, "substituted": v.substituted,
+                     "diverged": v.diverged, "missing": v.missing, "unused": v.unused}
+                    for v in ov.verdicts],
+        "import_notes": json.loads(info.extra.get("import_notes", "[]")),
+    }
+
+
+@click.command()
+@click.argument("run")
+@click.option("--exchange", "seq", type=int, metavar="N", help="Show exchange N whole.")
+@click.option("--frames", is_flag=True, help="With --exchange: the raw frames too.")
+@click.option("--json", "as_json", is_flag=True, help="Everything as JSON on stdout.")
+def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
+    """Show RUN as a timeline (one row per exchange: offset, time to first
+    byte, duration, model, stop reason, tokens, excerpt, tool calls), the
+    tool-call ledger and the replays; or one exchange whole.
+
+    \b
+    Example:
+      wiretape show run_0123456789ab
+      wiretape show run_0123456789ab --exchange 1 --frames
+    """
+    if frames and seq is None:
+        raise UsageError("--frames goes with --exchange N")
+    ov = _read(run, "reading")
+    if seq is not None and seq not in ov.views:
+        raise UsageError(f"run {ov.info.run_id} has no exchange {seq}: its exchanges are "
+                         f"{', '.join(str(s) for s in ov.views) or 'none'}")
+    if as_json:
+        click.echo(json.dumps(_show_json(ov, seq, frames), indent=2, ensure_ascii=False))
+        return
+    if seq is not None:
+        exchange = next(e for e in ov.exchanges if e.seq == seq)
+        row = next(r for r in ov.rows if r.seq == seq)
+        for line in text.exchange_lines(exchange, ov.views[seq], row, frames):
+            click.echo(line)
+        return
+    for line in text.run_heading(ov.info, str(ov.path)):
+        click.echo(line)
+    for note in json.loads(ov.info.extra.get("import_notes", "[]")):
+        click.echo(f"  import note: {note}")
+    for line in table(text.timeline_rows(ov.rows), text.TIMELINE_HEADER):
+        click.echo(line)
+    for line in text.ledger_lines(ov.ledger):
+        click.echo(line)
+    if ov.verdicts:
+        click.echo(click.style(f"replays: {len(ov.verdicts)}", bold=True))
+        for v in ov.verdicts:
+            click.echo(f"  {v.replay_id}: " + verdict_line(v).removeprefix("wiretape: "))
+
+
+@click.command()
+@click.argument("run")
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="HTML file to write (default: <run-id>.html here).")
+def report(run: str, out: Path | None) -> None:
+    """Write RUN as one self-contained HTML page: the waterfall of its
+    exchanges, the conversation, the tool-call ledger, and its replays with
+    their divergences side by side. Opens offline; it loads nothing.
+
+    \b
+    Example:
+      wiretape report run_0123456789ab -o run.html
+    """
+    from wiretape.inspect.report import render
+
+    ov = _read(run, "reading")
+    page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts)
+    target = out or Path(f"{ov.info.run_id}.html")
+    try:
+        target.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    click.echo(f"wiretape: report of {ov.info.run_id} ({len(ov.rows)} exchanges, "
+               f"{len(ov.ledger.entries)} tool calls, {len(ov.verdicts)} replays) -> {target}",
+               err=True)
+
+
+@click.command()
+@click.argument("run")
+@click.option("--har", "har_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="HAR 1.2 file to write ('-' for stdout).")
+def export(run: str, har_file: Path) -> None:
+    """Write RUN as HAR 1.2, which browser developer tools open: bodies
+    verbatim (base64 where not text), frame timing in `_frames`, redacted
+    values still redacted. `wiretape import --har` reads it back.
+
+    \b
+    Example:
+      wiretape export run_0123456789ab --har run.har
+    """
+    from wiretape.inspect.har import export_har
+
+    path = resolve_run(run)
+    with RunFile.open(path) as rf:
+        progress = Progress.on_stderr("exporting", rf.exchange_count())
+        try:
+            data = export_har(rf.info(), iter(rf.exchanges()), rf.redactions(), progress.advance)
+        finally:
+            progress.close()
+    payload = json.dumps(data, indent=1, ensure_ascii=False)
+    if str(har_file) == "-":
+        click.echo(payload)
+        return
+    try:
+        har_file.write_text(payload, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {har_file}: {exc.strerror or exc}") from exc
+    click.echo(f"wiretape: exported {len(data['log']['entries'])} exchanges of "
+               f"{data['log']['_wiretape']['run_id']} -> {har_file}", err=True)
+
+
+@click.command(name="import")
+@click.option("--har", "har_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A HAR file (ours or a browser's).")
+@click.option("--vcr", "vcr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A VCR.py / pytest-recording (or Ruby VCR) cassette.")
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Run file to write (default .wiretape/runs/<run-id>.wtape).")
+def import_cmd(har_file: Path | None, vcr_file: Path | None, out: Path | None) -> None:
+    """Read a HAR file or a VCR cassette into a new run, to show, report or
+    replay it (with the command after --: imported runs have none).
+
+    \b
+    Example:
+      wiretape import --vcr tests/cassettes/test_chat.yaml
+      wiretape import --har run.har -o copy.wtape
+    """
+    if (har_file is None) == (vcr_file is None):
+        raise UsageError("give exactly one of --har FILE or --vcr FILE")
+    progress = Progress.on_stderr("importing", None)
+    try:
+        if har_file is not None:
+            from wiretape.inspect.har import import_har
+
+            done = import_har(har_file, out, progress.advance, progress.set_total)
+        else:
+            from wiretape.inspect.vcr import import_vcr
+
+            assert vcr_file is not None
+            done = import_vcr(vcr_file, out, progress.advance, progress.set_total)
+    finally:
+        progress.close()
+    for note in done.notes:
+        click.echo(f"wiretape: note: {note}", err=True)
+    click.echo(f"wiretape: imported {done.exchanges} exchanges into {done.run_id} -> {done.path}",
+               err=True)
+    click.echo(done.run_id)
+
+
+def register(group: click.Group) -> None:
+    for command in (show, report, export, import_cmd):
+        group.add_command(command)
+
+
+__all__ = ["register"]

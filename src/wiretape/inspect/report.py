@@ -1,0 +1,261 @@
+"""``wiretape report``: one self-contained HTML page of a run — a summary,
+the timeline as a waterfall (time to first byte, then stream, per
+exchange), the tool-call ledger, the conversation, and the replays with
+their verdicts and divergences side by side.
+
+The page references nothing outside itself: styles and the small script
+are inline in ``report_template.html`` (package data), and a
+Content-Security-Policy forbids loading anything else. Every value from the
+run is HTML-escaped. Pure: values in, text out. Knows nothing of run files
+or the CLI.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from string import Template
+from typing import Any
+
+from wiretape import __version__
+from wiretape.inspect.formats import ExchangeView, Message
+from wiretape.inspect.ledger import Ledger
+from wiretape.inspect.timeline import TimelineRow
+from wiretape.model import RunInfo
+from wiretape.playback.verdict import Verdict
+
+#: Characters of a request message shown before the rest folds away.
+FOLD = 600
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _ms(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.0f} ms"
+
+
+def _when(ns: int) -> str:
+    return dt.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S") if ns else "-"
+
+
+def _count(name: str, label: str, value: object) -> str:
+    return f'<div class="count"><b data-count="{_e(name)}">{_e(value)}</b>{_e(label)}</div>'
+
+
+def _text_block(text: str, fold: int | None = FOLD) -> str:
+    if fold is None or len(text) <= fold:
+        return f"<pre>{_e(text)}</pre>"
+    return (f"<pre>{_e(text[:fold])}…</pre><details><summary>all {len(text)} characters"
+            f"</summary><pre>{_e(text)}</pre></details>")
+
+
+def summary(info: RunInfo, path: str, rows: Sequence[TimelineRow], ledger: Ledger,
+            verdicts: Sequence[Verdict]) -> str:
+    tokens = sum(r.total_tokens or 0 for r in rows)
+    argv = " ".join(info.argv) or f"({info.mode})"
+    latest = ""
+    if verdicts:
+        v = verdicts[-1]
+        latest = f' <span class="badge {"pass" if v.passed else "fail"}">latest replay ' \
+                 f'{"PASS" if v.passed else "FAIL"}</span>'
+    return (f"<h1>wiretape run <span class=\"mono\">{_e(info.run_id)}</span>{latest}</h1>"
+            f'<div class="muted mono">{_e(argv)}</div>'
+            f'<div class="muted">{_e(path)} · cwd {_e(info.cwd)} · started '
+            f"{_e(_when(info.started_at_ns))} · exit status {_e(info.exit_status)}</div>"
+            '<div class="counts">'
+            + _count("exchanges", "exchanges", len(rows))
+            + _count("tool-calls", "tool calls", len(ledger.entries))
+            + _count("completed", "completed", len(ledger.completed))
+            + _count("pending", "pending", len(ledger.pending))
+            + _count("tokens", "tokens", tokens)
+            + _count("replays", "replays", len(verdicts))
+            + "</div>")
+
+
+def waterfall(rows: Sequence[TimelineRow]) -> str:
+    """Bars from the first request to the last byte: the agent's own start-up
+    before its first request is left out of the scale and stated apart."""
+    if not rows:
+        return '<p class="muted">No exchange was recorded.</p>'
+    first = min(r.offset_ns for r in rows)
+    span = max(max(r.offset_ns + r.duration_ns for r in rows) - first, 1)
+    out = [(f'<div class="legend muted">first request at +{_e(_ms(first))}; each row: '
+            '<span style="background:#b7c6e5"></span>waiting for the first byte'
+            '<span style="background:#3563c9"></span>streaming</div>')]
+    for r in rows:
+        ttfb = r.ttfb_ns if r.ttfb_ns is not None else r.duration_ns
+        left, wait = 100 * (r.offset_ns - first) / span, 100 * ttfb / span
+        stream = 100 * max(r.duration_ns - ttfb, 0) / span
+        label = f"#{r.seq} {r.model or r.method + ' ' + r.target}"
+        title = (f"#{r.seq} {r.method} {r.target}: starts +{_ms(r.offset_ns)}, first byte after "
+                 f"{_ms(r.ttfb_ns)}, done after {_ms(r.duration_ns)}, {r.frames} frames")
+        out.append(
+            f'<div class="wf-row link" data-goto="{r.seq}" data-seq="{r.seq}" title="{_e(title)}">'
+            f'<div class="mono">{_e(label[:34])}</div><div class="wf-track">'
+            f'<div class="wf-wait" style="left:{left:.3f}%;width:{wait:.3f}%"></div>'
+            f'<div class="wf-stream" style="left:{left + wait:.3f}%;width:{stream:.3f}%"></div>'
+            f'</div><div class="muted">{_e(_ms(r.ttfb_ns))} · {_e(_ms(r.duration_ns))} · '
+            f"{_e(r.stop_reason or r.status or r.ending)}</div></div>")
+    ticks = "".join(f"<span>+{_e(_ms(first + span * k // 4))}</span>" for k in range(5))
+    out.append(f'<div class="wf-axis"><div></div><div class="wf-ticks">{ticks}</div><div></div></div>')
+    return "\n".join(out)
+
+
+def ledger_table(ledger: Ledger) -> str:
+    if not ledger.entries:
+        return '<p class="muted">The model asked for no tool call.</p>'
+    head = ("<table><thead><tr><th>call id</th><th>tool</th><th>arguments</th><th>issued in</th>"
+            "<th>status</th><th>result</th></tr></thead><tbody>")
+    body = []
+    for e in ledger.entries:
+        answered = f" in #{e.answered_in}" if e.answered_in is not None else ""
+        body.append(
+            f'<tr class="link" data-goto="{e.issued_in}" data-call="{_e(e.call_id)}">'
+            f'<td class="mono">{_e(e.call_id)}</td><td class="mono">{_e(e.name)}</td>'
+            f'<td class="mono">{_e(e.arguments[:300])}</td><td>#{e.issued_in}</td>'
+            f'<td><span class="badge {e.status}">{e.status}</span>{_e(answered)}</td>'
+            f'<td>{_e(e.result or "")}</td></tr>')
+    notes = "".join(f'<p class="muted">Result in #{s} for a call no recorded response issued: '
+                    f'<code>{_e(c)}</code> {_e(n or "")}</p>' for s, c, n in ledger.unmatched_results)
+    return head + "".join(body) + "</tbody></table>" + notes
+
+
+def _message(m: Message) -> str:
+    role = m.role if m.result_for is None else f"tool result {m.result_for or m.result_name or ''}"
+    calls = "".join(f'<div class="call">→ {_e(c.name)}({_e(c.arguments)}) '
+                    f'<span class="muted">{_e(c.call_id)}</span></div>' for c in m.tool_calls)
+    kind = "tool" if m.result_for is not None else ""
+    return (f'<div class="msg {kind}"><div class="role">{_e(role)}</div>'
+            f'{_text_block(m.text) if m.text else ""}{calls}</div>')
+
+
+def _new_messages(previous: ExchangeView | None, view: ExchangeView) -> tuple[int, Sequence[Message]]:
+    """The messages this request adds to the previous one's conversation."""
+    msgs = view.request.messages
+    if previous is not None:
+        before = previous.request.messages
+        if 0 < len(before) <= len(msgs) and msgs[: len(before)] == before:
+            return len(before), msgs[len(before):]
+    return 0, msgs
+
+
+def conversation(rows: Sequence[TimelineRow], views: Mapping[int, ExchangeView]) -> str:
+    out, previous, system = [], None, ""
+    for r in rows:
+        view = views[r.seq]
+        skipped, msgs = _new_messages(previous, view)
+        parts = [(f'<div class="exchange" id="exchange-{r.seq}" data-seq="{r.seq}">'
+                  f"<h3>#{r.seq} <span class=\"mono\">{_e(r.method)} {_e(r.target)}</span> "
+                  f'<span class="muted">{_e(r.model or "")} · {_e(r.status or r.ending)} · '
+                  f"+{_e(_ms(r.offset_ns))}</span></h3>")]
+        if view.request.system and view.request.system != system:
+            parts.append(_message(Message("system", view.request.system)))
+            system = view.request.system
+        if skipped:
+            parts.append(f'<div class="muted">… {skipped} earlier message(s) resent</div>')
+        parts.extend(_message(m) for m in msgs)
+        resp = view.response
+        if resp is not None:
+            if resp.reasoning:
+                parts.append(f'<details class="msg"><summary>reasoning ({len(resp.reasoning)} '
+                             f"characters)</summary>{_text_block(resp.reasoning, None)}</details>")
+            calls = "".join(f'<div class="call">→ {_e(c.name)}({_e(c.arguments)}) '
+                            f'<span class="muted">{_e(c.call_id)} {_e(c.kind)}</span></div>'
+                            for c in resp.tool_calls)
+            text = _text_block(resp.text, None) if resp.text else ""
+            if resp.vectors is not None:
+                text += f"<div>{resp.vectors} vector(s) of {resp.dimensions} dimensions</div>"
+            errors = "".join(f'<div class="error">error{" (in-band)" if e.in_band else ""}: '
+                             f"{_e(e.message)}</div>" for e in resp.errors)
+            unknown = ", ".join(f"{n} ×{c}" for n, c in resp.unknown_events)
+            meta = f"stop {resp.stop_reason or '-'}"
+            if resp.usage is not None:
+                meta += f" · tokens {resp.usage.input_tokens} in, {resp.usage.output_tokens} out"
+            if unknown:
+                meta += f" · unknown events: {unknown}"
+            parts.append(f'<div class="msg answer"><div class="role">model <span class="meta">'
+                         f"{_e(meta)}</span></div>"
+                         f"{text}{calls}{errors}</div>")
+        elif r.error:
+            parts.append(f'<div class="error">no response: {_e(r.error)}</div>')
+        parts.append("</div>")
+        out.append("".join(parts))
+        previous = view
+    return "\n".join(out) or '<p class="muted">No exchange was recorded.</p>'
+
+
+def _divergence(row: Mapping[str, Any]) -> str:
+    kind = str(row.get("kind"))
+    detail = row.get("detail") or {}
+    where = f"recorded #{row['seq']}" if row.get("seq") is not None else "no recorded counterpart"
+    out = [(f'<div class="divergence" data-kind="{_e(kind)}"><h4><span class="badge {_e(kind)}">'
+            f'{_e(kind)}</span> request {_e(row.get("index"))} {_e(row.get("method"))} '
+            f'{_e(row.get("target"))} <span class="muted">({_e(where)}, '
+            f'{"served" if row.get("served") else "rejected"})</span></h4>')]
+    explanation = detail.get("explanation") or {}
+    if explanation:
+        out.append(f"<div><b>{_e(explanation.get('first_line', ''))}</b> "
+                   f'<span class="muted">{_e(explanation.get("bytes_differ", 0))} bytes differ, '
+                   f"edit distance {_e(explanation.get('edit_distance'))}</span></div>")
+    for span in explanation.get("spans", []):
+        tool = span.get("tool")
+        about = f", result of {tool.get('name') or '?'} ({tool.get('call_id')})" if tool else ""
+        out.append(f'<div class="muted">at {_e(span.get("pointer") or "byte " + str(span.get("offset")))}'
+                   f" ({_e(span.get('kind'))}{_e(about)})</div>"
+                   f'<div class="sbs"><div class="rec"><div class="muted">recorded</div>'
+                   f"<pre>{_e(span.get('recorded_context', ''))}</pre></div>"
+                   f'<div class="live"><div class="muted">live</div>'
+                   f"<pre>{_e(span.get('live_context', ''))}</pre></div></div>")
+    for old, new, count in detail.get("substitutions", []):
+        out.append(f"<div>substitution <code>{_e(old)}</code> → <code>{_e(new)}</code> fired "
+                   f"{_e(count)} time(s)</div>")
+    for diff in explanation.get("header_differences", []):
+        out.append(f'<div class="muted">header {_e(diff.get("name"))}: {_e(diff.get("recorded"))} '
+                   f"→ {_e(diff.get('live'))}</div>")
+    return "".join(out) + "</div>"
+
+
+def replays(verdicts: Sequence[Verdict]) -> str:
+    if not verdicts:
+        return '<p class="muted">This run has not been replayed yet (<code>wiretape replay</code>).</p>'
+    out = []
+    for v in verdicts:
+        status = "PASS" if v.passed else "FAIL"
+        outcome = ", ".join(f"{k} {'same' if f.get('same') else 'not compared' if f.get('same') is None else 'differs'}"
+                            for k, f in v.outcome.items() if isinstance(f, Mapping) and k in
+                            ("exit_status", "stdout", "files"))
+        counts = "".join(f"<td data-{k}=\"{getattr(v, k)}\">{getattr(v, k)}</td>" for k in
+                         ("recorded", "exact", "substituted", "diverged", "missing", "unused"))
+        out.append(
+            f'<div class="replay" data-replay="{_e(v.replay_id)}" data-verdict="{status}">'
+            f'<h3><span class="badge {status.lower()}">{status}</span> <span class="mono">'
+            f'{_e(v.replay_id)}</span> <span class="muted">{_e(v.mode)}'
+            f'{"" if v.complete else ", did not finish"}</span></h3>'
+            "<table><thead><tr><th>recorded</th><th>exact</th><th>substituted</th><th>diverged</th>"
+            f"<th>missing</th><th>unused</th></tr></thead><tbody><tr>{counts}</tr></tbody></table>"
+            f'<div class="muted">outcome: {_e(outcome or "not compared")}</div>')
+        out.extend(_divergence(r) for r in v.requests if r.get("kind") != "exact")
+        for u in v.unused_exchanges:
+            out.append(f'<div class="muted">unused recorded exchange #{_e(u.get("seq"))}: '
+                       f'{_e(u.get("summary", ""))}</div>')
+        out.append("</div>")
+    return "\n".join(out)
+
+
+def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
+           views: Mapping[int, ExchangeView], ledger: Ledger, verdicts: Sequence[Verdict]) -> str:
+    """The whole page."""
+    template = Template(resources.files("wiretape.inspect").joinpath("report_template.html")
+                        .read_text(encoding="utf-8"))
+    return template.substitute(
+        version=_e(__version__), title=_e(f"wiretape {info.run_id}"),
+        summary=summary(info, path, rows, ledger, verdicts), waterfall=waterfall(rows),
+        ledger=ledger_table(ledger), conversation=conversation(rows, views),
+        replays=replays(verdicts),
+        footer=_e(f"wiretape {__version__} · run {info.run_id} · report written "
+                  f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M:%S')}"),
+    )
