@@ -32,7 +32,7 @@ def run_demo(keep_dir: Path | None, say: Callable[[str], None]) -> int:
     with FakeProvider(demo_script(), port=0) as provider:
         recorded = asyncio.run(record(
             argv, out=None if keep_dir is None else directory / time.strftime("demo-%Y%m%d-%H%M%S.wtape"),
-            upstreams=[("openai", provider.url + "/v1")],
+            upstreams=[("openai", provider.url + "/v1")], snapshots=[],
             echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO(),
         ))
     for line in render.record_summary(recorded):
