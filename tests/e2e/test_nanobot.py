@@ -19,6 +19,7 @@ import nanobot_support as ns
 import pytest
 
 from wiretape.launch import isolate
+from wiretape.store import open_run
 from wiretape.testing import FakeProvider
 
 pytestmark = pytest.mark.timeout(240)
@@ -151,3 +152,33 @@ def test_nanobot_diagnostic_names_the_tool_whose_result_changed(recorded_live) -
                             "pointer": "/messages/3"}
     assert "PELICAN-42" in span["recorded"] and "HERON-7" in span["live"]
     assert "the result of read_file (call_fake_1_0) differs at /messages/3/content" in replayed.stderr
+
+
+def test_nanobot_writes_land_in_the_sandbox_and_in_its_outcome(tmp_path: Path) -> None:
+    """The config names the workspace by absolute path; the agent writes a
+    file there. The replay's sandbox takes the write (the outcome lists it,
+    as the recording's did), and the user's workspace stays byte-identical."""
+    if not same_paths_here():
+        pytest.skip("mount namespaces are not available here")
+    port = free_port()
+    run = tmp_path / "write.wtape"
+    with FakeProvider(ns.session_script(write_answer=True)) as fp:
+        scene = ns.make_scene(tmp_path / "scene", f"http://127.0.0.1:{port}/v1")
+        live = wiretape("record", "-o", str(run), "--upstream", f"custom={fp.url}/v1",
+                        "--port", str(port), "--snapshot", str(scene.workspace), "--",
+                        *scene.argv(), env=scene.env(), cwd=scene.root)
+    assert live.returncode == 0 and ns.model_error(live.stdout) is None, live.stdout
+    assert (scene.workspace / "answer.txt").read_text() == "PELICAN-42\n"
+    scene.reset()
+    before = {p: p.read_bytes() for p in scene.workspace.rglob("*") if p.is_file()}
+    replayed = wiretape("replay", str(run), env=scene.env(), cwd=scene.root)
+    assert replayed.returncode == 0, replayed.stderr
+    v = verdict(run, scene.env(), scene.root)
+    assert (v["exact"], v["recorded"]) == (5, 5)
+    assert v["outcome"]["files"]["same"] is True
+    assert {p: p.read_bytes() for p in scene.workspace.rglob("*") if p.is_file()} == before
+    assert not (scene.workspace / "answer.txt").exists()
+    with open_run(run) as rf:
+        (changes,) = rf.outcome_changes().values()
+    assert {"path": "answer.txt", "change": "added"}.items() <= next(
+        c for c in changes if c["path"] == "answer.txt").items()
