@@ -42,7 +42,8 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo's run file: 3 exchanges, 2 tool calls, 1 strict replay (pass)."""
     where = tmp_path_factory.mktemp("demo")
     wiretape("demo", "--keep-dir", str(where), cwd=where)
-    return where / "demo.wtape"
+    (run,) = where.glob("demo*.wtape")
+    return run
 
 
 def columns(header: str, line: str) -> dict[str, str]:

@@ -44,7 +44,7 @@ def chromium(url: str, profile: Path, *extra: str) -> subprocess.CompletedProces
 def test_report_opens_in_chromium_without_errors(tmp_path: Path,
                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
     assert wiretape("demo", "--keep-dir", str(tmp_path), cwd=tmp_path).returncode == 0
-    run = tmp_path / "demo.wtape"
+    (run,) = tmp_path.glob("demo*.wtape")
     # outside the recorded (snapshotted) directory, so the replayed agent reads it
     changed = tmp_path_factory.mktemp("ws2")
     (changed / "inventory.txt").write_text("apples: 19\npears: 25\n")
