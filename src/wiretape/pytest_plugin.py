@@ -122,9 +122,10 @@ def wiretape_run_path(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture
 def wiretape_upstream(request: pytest.FixtureRequest) -> str | Mapping[str, str] | None:
-    """Where recording forwards: the marker's ``upstream`` (a URL, or
-    ``{origin name: URL}``). Requested only with ``--wiretape-record``;
-    override it to compute the URL (or start a stand-in provider)."""
+    """Where recording forwards: the marker's ``upstream``, a URL (for a
+    command, the ``openai`` origin's) or ``{origin name: URL}``. Requested
+    only with ``--wiretape-record``; override it to compute the URL (or to
+    start a stand-in provider)."""
     return _settings(request.node).upstream
 
 
@@ -136,11 +137,11 @@ def wiretape_proxy(request: pytest.FixtureRequest, wiretape_recording: bool,
     as its base URL. It replays the test's run (recording it with
     ``--wiretape-record``); after the test, a failed verdict fails the test
     with the divergence report."""
-    session = _Session(request.node, wiretape_run_path, _settings(request.node),
-                       wiretape_recording, tmp_path_factory.mktemp("wiretape"))
+    session = _register(request, _Session(
+        request.node, wiretape_run_path, _settings(request.node), wiretape_recording,
+        tmp_path_factory.mktemp("wiretape")))
     upstream = _upstream(request) if wiretape_recording else None
     proxy = session.open_proxy(upstream)
-    request.node.stash.setdefault(_SESSIONS, []).append(session)
     try:
         yield proxy
     finally:
@@ -191,10 +192,19 @@ def wiretape_agent(request: pytest.FixtureRequest, wiretape_recording: bool,
     the agent command against the test's run: replayed by default (a failed
     verdict fails the test with the divergence report), recorded through the
     upstream with ``--wiretape-record``."""
-    session = _Session(request.node, wiretape_run_path, _settings(request.node),
-                       wiretape_recording, tmp_path_factory.mktemp("wiretape"))
-    request.node.stash.setdefault(_SESSIONS, []).append(session)
+    session = _register(request, _Session(
+        request.node, wiretape_run_path, _settings(request.node), wiretape_recording,
+        tmp_path_factory.mktemp("wiretape")))
     return AgentRunner(session, lambda: _upstream(request))
+
+
+def _register(request: pytest.FixtureRequest, session: _Session) -> _Session:
+    sessions = request.node.stash.setdefault(_SESSIONS, [])
+    if sessions:
+        raise pytest.UsageError(f"{request.node.nodeid}: a test has one run, so it uses either "
+                                "wiretape_agent or wiretape_proxy, not both")
+    sessions.append(session)
+    return session
 
 
 def _upstream(request: pytest.FixtureRequest) -> str | Mapping[str, str]:

@@ -172,3 +172,14 @@ def test_marker_names_the_run_and_the_mode_and_rejects_unknown_options(
     bad.assert_outcomes(errors=1)
     bad.stdout.fnmatch_lines([("*unknown @pytest.mark.wiretape option(s) record_mode; known: "
                                "run, upstream, mode, port, substitutions, allow_substitutions*")])
+
+
+def test_a_test_has_one_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_both='''
+def test_both(wiretape_agent, wiretape_proxy):
+    pass
+''')
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([("*test_both.py::test_both: a test has one run, so it uses "
+                                  "either wiretape_agent or wiretape_proxy, not both*")])
