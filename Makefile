@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench system clean
+.PHONY: demo test bench system system-test clean
 
 $(STAMP): pyproject.toml
 	@$(MAKE) --no-print-directory system
@@ -23,7 +23,10 @@ system:
 	@command -v faketime >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq faketime; \
 	  else echo "note: faketime is missing, --clock recorded will not work (apt-get install faketime)"; fi; }
-	@# chromium: the HTML report test opens the page in it (skipped, with a note, without it)
+
+# What only the tests need: chromium, in which the HTML report test opens the
+# page (skipped, with a note, without it).
+system-test:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
 	  else echo "note: chromium is missing, the report test will be skipped (apt-get install chromium)"; fi; }
@@ -31,7 +34,8 @@ system:
 demo: $(STAMP)
 	$(BIN)/wiretape demo
 
-test: $(STAMP)
+test: $(STAMP) system-test
+	@$(MAKE) --no-print-directory system
 	$(BIN)/python -m pytest -n 4 -q
 
 bench: $(STAMP)
