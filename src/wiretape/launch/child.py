@@ -111,6 +111,12 @@ class Child:
         deadline = time.monotonic() + OUTPUT_DRAIN_S
         for thread in self._pumps:
             await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
+        # A pipe whose reader is done is closed now (else a ResourceWarning at
+        # collection); one still held open by a leftover process is left be.
+        for thread, pipe in zip(self._pumps, (self.process.stdout, self.process.stderr),
+                                strict=False):
+            if pipe is not None and not thread.is_alive():
+                pipe.close()
         exit_status = status if status >= 0 else 128 - status  # killed by signal N -> 128 + N
         return ChildResult(exit_status, bytes(self.stdout), bytes(self.stderr), self.stopped)
 
