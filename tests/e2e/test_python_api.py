@@ -32,7 +32,8 @@ HELLO = [{"role": "user", "content": "hello"}]
 def recorded(tmp_path: Path) -> wiretape.Run:
     with FakeProvider(demo_script()) as provider:
         (tmp_path / "rec").mkdir()
-        run = wiretape.record([*AGENT, QUESTION], out=tmp_path / "agent.wtape",
+        # The run goes to a folder made for it inside the snapshotted directory.
+        run = wiretape.record([*AGENT, QUESTION], out=tmp_path / "rec" / "runs" / "agent.wtape",
                               upstreams={"openai": provider.url + "/v1"}, cwd=tmp_path / "rec")
         assert len(provider.requests) == 3
     return run
@@ -41,7 +42,7 @@ def recorded(tmp_path: Path) -> wiretape.Run:
 def test_record_returns_the_run_and_replay_its_exact_verdict(recorded: wiretape.Run,
                                                              tmp_path: Path) -> None:
     run = recorded
-    assert run.path == tmp_path / "agent.wtape" and run.path.is_file()
+    assert run.path == tmp_path / "rec" / "runs" / "agent.wtape" and run.path.is_file()
     assert run.run_id.startswith("run_") and len(run.run_id) == 16
     assert (run.exchanges, run.exit_status, run.failures) == (3, 0, ())
     assert run.stdout == (ANSWER + "\n").encode()
@@ -58,7 +59,9 @@ def test_record_returns_the_run_and_replay_its_exact_verdict(recorded: wiretape.
     assert verdict.passed and verdict.exit_code == 0 and verdict.mode == "strict"
     assert verdict.outcome["exit_status"]["same"] is True
     assert verdict.outcome["stdout"]["same"] is True
-    assert verdict.outcome["files"]["same"] is True  # the working directory was snapshotted
+    # The working directory was snapshotted; the folder made for the run is
+    # not the agent's doing.
+    assert verdict.outcome["files"]["same"] is True
     assert shown.getvalue() == (ANSWER + "\n").encode()  # passed through as it arrived
 
 

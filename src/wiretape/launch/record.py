@@ -104,6 +104,8 @@ async def record(
     if path.exists():
         raise RunFileError(path, "it already exists and is never overwritten; choose another -o path")
     roots = [Path(cwd)] if snapshots is None and argv is not None else list(snapshots or [])
+    # Folders made to hold the run file are wiretape's doing, not the agent's.
+    made_for_run = frozenset(p for p in path.absolute().parents if not p.exists())
     taken = take_snapshots(roots, exclude=_store_paths(path), max_bytes=snapshot_max)
     listeners = Listeners(max_body=max_body)
     recorder_ref: list[Recorder] = []
@@ -145,7 +147,7 @@ async def record(
         await recorder.aclose()
         run.finish(exit_status, stdout, stderr)
         for snapshot_id, root, entries in snapshot_ids:
-            after = {e.path: e for e in walk(root, exclude=_store_paths(path))}
+            after = {e.path: e for e in walk(root, exclude=_store_paths(path) | made_for_run)}
             run.set_outcome_changes(snapshot_id, compare({e.path: e for e in entries}, after))
         exchanges, body_bytes = run.exchange_count(), run.body_bytes()
         run.close(compact=True)
