@@ -178,7 +178,7 @@ class _AttachedProxy(Generic[T]):
         self._until.set()
         try:
             self._result = await asyncio.shield(self._task)
-        except BaseException as failure:  # noqa: BLE001 -- raised again below, or by the block's own
+        except BaseException as failure:  # noqa: BLE001 -- raised below unless the block raised
             self._failure = failure
         finally:
             self._finished = True
