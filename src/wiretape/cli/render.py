@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from wiretape.launch.record import RecordResult
-from wiretape.model import Exchange, RunInfo
+from wiretape.model import RunInfo
 from wiretape.playback.verdict import Verdict
 
 
@@ -175,50 +175,12 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
     return [fmt.format(*header).rstrip()] + [fmt.format(*map(str, r)).rstrip() for r in rows]
 
 
-def show_rows(exchanges: Sequence[Exchange]) -> list[list[str]]:
-    rows = []
-    for e in exchanges:
-        resp = e.response
-        streamed = "-"
-        if resp is not None:
-            ctype = next((v for k, v in resp.headers if k.lower() == b"content-type"), b"")
-            chunked = any(k.lower() == b"transfer-encoding" for k, _ in resp.headers)
-            streamed = "yes" if b"event-stream" in ctype or (chunked and len(resp.frames) > 1) else "no"
-        target = e.request.target.decode("latin-1")
-        rows.append([
-            str(e.seq), e.request.method.decode(), target if len(target) <= 48 else target[:45] + "...",
-            str(resp.status) if resp else "-", streamed, str(len(resp.frames)) if resp else "0",
-            human_bytes(len(resp.body)) if resp else "-", ms(e.ttfb_ns), ms(e.duration_ns),
-            e.ending.value,
-        ])
-    return rows
-
-
-SHOW_HEADER = ["seq", "method", "target", "status", "streamed", "frames", "bytes", "ttfb",
-               "duration", "ended"]
-
-
 def run_heading(info: RunInfo, path: str) -> list[str]:
     argv = " ".join(info.argv) or "(serve)"
     origins = ", ".join(f"{o.name}={o.upstream} (port {o.port})" for o in info.origins)
     return [f"run {info.run_id}  {path}", f"  command: {argv}", f"  cwd: {info.cwd}",
             f"  started: {when(info.started_at_ns)}  exit status: {info.exit_status}",
             f"  origins: {origins}"]
-
-
-def show_json(info: RunInfo, exchanges: Sequence[Exchange]) -> dict[str, Any]:
-    return {
-        "run_id": info.run_id, "argv": list(info.argv), "cwd": info.cwd,
-        "exit_status": info.exit_status,
-        "exchanges": [
-            {"seq": e.seq, "method": e.request.method.decode(), "target": e.request.target.decode("latin-1"),
-             "origin": e.origin, "status": e.response.status if e.response else None,
-             "frames": len(e.response.frames) if e.response else 0,
-             "bytes": len(e.response.body) if e.response else 0, "ttfb_ns": e.ttfb_ns,
-             "duration_ns": e.duration_ns, "ending": e.ending.value}
-            for e in exchanges
-        ],
-    }
 
 
 def diff_lines(result: Any, name_a: str, name_b: str) -> list[str]:
