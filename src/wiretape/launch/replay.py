@@ -51,10 +51,13 @@ def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: i
     """The outcome part of a verdict: each facet same, differs, or not compared (None)."""
     if exit_status is None:
         return {}
+    # A run with no recorded exit status (imported, or attached with serve)
+    # has no outcome to compare with: "not compared", never "differs".
+    known = recorded_exit is not None
     return {
-        "exit_status": {"same": recorded_exit == exit_status, "recorded": recorded_exit,
-                        "replayed": exit_status},
-        "stdout": {"same": recorded_stdout == stdout, "recorded_bytes": len(recorded_stdout),
+        "exit_status": {"same": recorded_exit == exit_status if known else None,
+                        "recorded": recorded_exit, "replayed": exit_status},
+        "stdout": {"same": recorded_stdout == stdout if known else None, "recorded_bytes": len(recorded_stdout),
                    "replayed_bytes": len(stdout), "diff": _short_diff(recorded_stdout, stdout)},
         "files": {"same": None, "note": "no snapshot was taken"},
     }
@@ -231,8 +234,8 @@ async def replay(
         if until is None:
             command = list(argv) if argv else list(info.argv)
             if not command:
-                raise UsageError(f"run {info.run_id} was recorded with `serve`, so it has no "
-                                 "command to rerun: give one after --")
+                raise UsageError(f"run {info.run_id} has no command of its own (it was recorded "
+                                 "with `serve` or imported): give one after --")
         snapshots = run.snapshots() if until is None else []
         sandbox = (Sandbox.restore(snapshots, source=path, home=os.environ.get("HOME"))
                    if snapshots else None)
