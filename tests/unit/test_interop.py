@@ -18,7 +18,7 @@ from wiretape.inspect.vcr import import_vcr
 from wiretape.model import Ending, Exchange, Frame, Origin, Redaction, Request, Response, RunInfo
 from wiretape.store.runfile import RunFile
 
-INFO = RunInfo("run_0123456789ab", "0.1.0", ("python", "agent.py"), "/work/x", ("OPENAI_BASE_URL",),
+INFO = RunInfo("run_0123456789ab", "0.1.0", ("python", "agent.py"), "/home/user/project", ("OPENAI_BASE_URL",),
                (Origin("openai", "https://api.openai.com/v1", 8089, ("OPENAI_BASE_URL",)),),
                started_at_ns=1_700_000_000_000_000_000, exit_status=0, stdout=b"42\n\xff",
                stderr=b"tool add\n")
