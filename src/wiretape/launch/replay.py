@@ -235,7 +235,8 @@ async def replay(
             command = list(argv) if argv else list(info.argv)
             if not command:
                 raise UsageError(f"run {info.run_id} has no command of its own (it was recorded "
-                                 "with `serve` or imported): give one after --")
+                                 "with `serve` or `wiretape.recording()`, or imported): give one "
+                                 "after -- (from Python: argv=[...])")
         snapshots = run.snapshots() if until is None else []
         sandbox = (Sandbox.restore(snapshots, source=path, home=os.environ.get("HOME"))
                    if snapshots else None)
