@@ -81,7 +81,13 @@ def walk(root: Path, *, exclude: frozenset[Path] = frozenset(),
                         f"the snapshot of {root} is over {max_bytes} bytes (--snapshot-max): "
                         "snapshot fewer paths with --snapshot PATH, or raise the limit, or "
                         "use --no-snapshot")
-                yield Entry(rel, "file", stat.S_IMODE(info.st_mode), data=full.read_bytes())
+                try:
+                    data = full.read_bytes()
+                except OSError as exc:
+                    raise UsageError(
+                        f"cannot read {full} for the snapshot ({exc.strerror}): snapshot other "
+                        "paths with --snapshot PATH, or use --no-snapshot") from exc
+                yield Entry(rel, "file", stat.S_IMODE(info.st_mode), data=data)
 
 
 @dataclass(frozen=True)
