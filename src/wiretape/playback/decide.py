@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from wiretape.matching.headers import DEFAULT_SEMANTIC_HEADERS
+from wiretape.matching.regions import differing_region
 from wiretape.model import Headers, Request
 
 class Kind(enum.StrEnum):
@@ -109,26 +110,6 @@ def _all_header_map(headers: Headers) -> dict[bytes, list[bytes]]:
     return out
 
 
-def _common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the common prefix, comparing 4 KiB blocks first."""
-    n, i, block = min(len(a), len(b)), 0, 4096
-    while i + block <= n and a[i : i + block] == b[i : i + block]:
-        i += block
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def _body_difference(a: bytes, b: bytes) -> tuple[int, int | None]:
-    """(bytes that differ, first differing offset): the span between the
-    common prefix and the common suffix, measured in the longer body."""
-    if a == b:
-        return 0, None
-    prefix = _common_prefix(a, b)
-    suffix = _common_prefix(a[prefix:][::-1], b[prefix:][::-1])
-    return max(len(a), len(b)) - prefix - suffix, prefix
-
-
 def compare(live: Request, recorded: Request, policy: Policy) -> Comparison:
     """Compare on method, target, body bytes and the semantic headers."""
     fields: list[str] = []
@@ -139,7 +120,9 @@ def compare(live: Request, recorded: Request, policy: Policy) -> Comparison:
     differ, first = 0, None
     if live.body != recorded.body:
         fields.append("body")
-        differ, first = _body_difference(recorded.body, live.body)
+        region = differing_region(recorded.body, live.body)
+        if region is not None:
+            differ, first = region.size, region.rec_start
     sem_live = _header_map(live.headers, policy.semantic_headers)
     sem_rec = _header_map(recorded.headers, policy.semantic_headers)
     for name in policy.semantic_headers:
