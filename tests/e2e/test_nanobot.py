@@ -182,3 +182,82 @@ def test_nanobot_writes_land_in_the_sandbox_and_in_its_outcome(tmp_path: Path) -
         (changes,) = rf.outcome_changes().values()
     assert {"path": "answer.txt", "change": "added"}.items() <= next(
         c for c in changes if c["path"] == "answer.txt").items()
+
+
+def _tree_bytes(*roots: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_nanobot_history_is_restored_from_the_snapshot_and_extra_history_is_named(
+        tmp_path: Path) -> None:
+    """nanobot keeps its session history next to its config file. Two
+    recordings in a row with the same config directory: the second run
+    resends the first's conversation. Replaying the second run restores the
+    config directory and workspace as they were before it (exact, outcome
+    same: the session file differs only in its timestamps and timings);
+    replaying it against the state left after both runs sends a longer
+    history, and the report names the extra messages."""
+    if not same_paths_here():
+        pytest.skip("mount namespaces are not available here: the config names the workspace "
+                    "by absolute path, so only a same-paths sandbox keeps the original safe")
+    port = free_port()
+    scene = ns.make_scene(tmp_path / "scene", f"http://127.0.0.1:{port}/v1")
+    runs = [tmp_path / "first.wtape", tmp_path / "second.wtape"]
+    lives = []
+    # One provider for both runs: its call ids go on numbering (nanobot
+    # keeps one result per call id in its history).
+    with FakeProvider(ns.session_script() + ns.session_script()) as fp:
+        for run in runs:
+            live = wiretape("record", "-o", str(run), "--upstream", f"custom={fp.url}/v1",
+                            "--port", str(port), "--snapshot", str(scene.config_dir),
+                            "--snapshot", str(scene.workspace), "--",
+                            *scene.argv(), env=scene.env(), cwd=scene.root)
+            assert live.returncode == 0 and ns.model_error(live.stdout) is None, live.stdout
+            lives.append(live)
+    with open_run(runs[0]) as first, open_run(runs[1]) as second:
+        sent_first = json.loads(first.exchanges()[0].request.body)["messages"]
+        sent_second = json.loads(second.exchanges()[0].request.body)["messages"]
+    # system + the prompt; then system + the first run's 8 messages + the prompt.
+    assert [m["role"] for m in sent_first] == ["system", "user"]
+    assert len(sent_second) == 10 and sent_second[1] == sent_second[-1] == sent_first[-1]
+
+    state_after_both = _tree_bytes(scene.config_dir, scene.workspace)
+    history = next(scene.sessions_dir.glob("*.jsonl"))
+    assert history.read_bytes().count(b'"role": "user"') == 2
+
+    # The second run, from its own snapshot: the first run's history only.
+    replayed = wiretape("replay", str(runs[1]), env=scene.env(), cwd=scene.root)
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == lives[1].stdout
+    v = verdict(runs[1], scene.env(), scene.root)
+    assert (v["recorded"], v["exact"], v["diverged"], v["missing"], v["unused"]) == (4, 4, 0, 0, 0)
+    assert v["pass"] is True
+    files = v["outcome"]["files"]
+    assert files["same"] is True and files["differing_count"] == 0
+    # The session file was rewritten with this replay's own clock: the same
+    # up to its timestamps and timings, and said so.
+    (volatile,) = [f for f in files["volatile"] if f["path"].endswith(".jsonl")]
+    assert "timestamp" in volatile["values"] and "duration" in volatile["values"]
+    assert "files same up to timestamps and timings in 1 file(s)" in replayed.stderr, replayed.stderr
+    assert _tree_bytes(scene.config_dir, scene.workspace) == state_after_both
+
+    # The same run against the state both recordings left (no restore): the
+    # history now holds both runs, so the first request carries 8 more messages.
+    current = wiretape("replay", str(runs[1]), "--state", "current", "--diagnostic",
+                       env=scene.env(), cwd=scene.root)
+    assert current.returncode == 3, current.stderr
+    v = verdict(runs[1], scene.env(), scene.root)
+    assert v["pass"] is False and v["diverged"] >= 1
+    first = v["requests"][0]
+    assert first["kind"] == "diverged"
+    explanation = first["detail"]["explanation"]
+    added = [s for s in explanation["spans"] if s["change"] == "added"]
+    assert [s["pointer"] for s in added] == [f"/messages/{i}" for i in range(10, 18)]
+    assert explanation["first_line"].startswith(
+        "8 messages added at /messages/10-/messages/17: assistant -> read_file; "
+        'tool read_file "1| Launch notes')
+    assert [s["element"] for s in added][-2:] == [
+        'assistant "notes.txt says: The launch code\u2026"',
+        'user "Read notes.txt, then look in th\u2026"']
+    assert "8 messages added at /messages/10" in current.stderr
+    assert _tree_bytes(scene.config_dir, scene.workspace) == state_after_both

@@ -150,10 +150,15 @@ def _mode(strict: bool, diagnostic: bool) -> Mode:
               help="Run the agent in a network namespace with only loopback (Linux).")
 @click.option("--clock", type=click.Choice(["real", "recorded"]), default="real", show_default=True,
               help="recorded: the agent's clock starts at the recorded start time (libfaketime).")
+@click.option("--state", type=click.Choice(["recorded", "current"]), default="recorded",
+              show_default=True,
+              help="recorded: restore the snapshots taken before recording; current: copy the "
+                   "snapshotted folders as they are now (still into the sandbox).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tuple[str, ...],
            allow_substitutions: bool, ports: tuple[str, ...], as_json: bool, keep: bool,
-           same_paths: bool | None, offline: bool, clock: str, command: tuple[str, ...]) -> None:
+           same_paths: bool | None, offline: bool, clock: str, state: str,
+           command: tuple[str, ...]) -> None:
     """Replay RUN (a run id or file) against COMMAND with no provider.
 
     Without COMMAND the recorded command runs again in the recorded
@@ -171,7 +176,7 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
                               substitutions=_substitutions(substitutes),
                               allow_substitutions=allow_substitutions, ports=tuple(_ports(ports)),
                               keep=keep, same_paths=same_paths, offline=offline,
-                              clock_recorded=clock == "recorded")
+                              clock_recorded=clock == "recorded", state=state)
     path = resolve_run(run)
     verdict = asyncio.run(do_replay(path, list(command) or None, settings))
     _say(render.verdict_line(verdict))

@@ -57,7 +57,7 @@ def record_summary(result: RecordResult) -> list[str]:
 def verdict_line(v: Verdict) -> str:
     status = "PASS" if v.passed else "FAIL"
     outcome = ", ".join(
-        f"{name} {'same' if facet.get('same') else 'not compared' if facet.get('same') is None else 'differs'}"
+        f"{name} {_facet_word(facet)}"
         for name, facet in v.outcome.items() if name in ("exit_status", "stdout", "files")
     ) or "not compared"
     extra = "" if v.complete else " [replay did not finish]"
@@ -68,6 +68,19 @@ def verdict_line(v: Verdict) -> str:
         f"substituted {v.substituted}, diverged {v.diverged}, missing {v.missing}, "
         f"unused {v.unused}; outcome: {outcome}{tail}"
     )
+
+
+def _facet_word(facet: Mapping[str, Any]) -> str:
+    same = facet.get("same")
+    if same is None:
+        return "not compared"
+    if not same:
+        return "differs"
+    if facet.get("volatile_count"):
+        return f"same up to timestamps and timings in {facet['volatile_count']} file(s)"
+    if isinstance(facet.get("volatile"), str) and facet["volatile"]:
+        return f"same up to {facet['volatile']}"
+    return "same"
 
 
 _KIND_COLOUR = {"diverged": "red", "missing": "red", "substituted": "yellow"}
@@ -98,6 +111,9 @@ def explanation_lines(explanation: Mapping[str, Any]) -> list[str]:
         about = f", result of {tool.get('name') or '?'} ({tool.get('call_id')})" if tool else ""
         lines.append(f"  at {where} (offset {span.get('offset')}, {span.get('kind')}, "
                      f"{span.get('bytes_differ')} bytes{about}):")
+        if span.get("element"):
+            lines.append(f"    {span.get('change')}: " + click.style(_clip(span["element"]), fg="yellow"))
+            continue
         lines.append("    recorded: " + click.style(_clip(span.get("recorded_context", "")), fg="green"))
         lines.append("    live:     " + click.style(_clip(span.get("live_context", "")), fg="red"))
     if explanation.get("spans_omitted"):
@@ -131,12 +147,18 @@ def verdict_details(v: Verdict) -> list[str]:
     for d in files.get("differing", []):
         lines.append(click.style(f"file {d['path']}: recorded {d['recorded']}, replay {d['replayed']}",
                                  fg="yellow", bold=True))
+        for where, rec, rep in d.get("real", [])[:3]:
+            lines.append(f"  at {where}: {_clip(rec, 60)!r} -> {_clip(rep, 60)!r}")
         for label in ("recorded_diff", "replayed_diff"):
             if d.get(label):
                 lines.append(f"  {label.split('_')[0]} change:")
                 lines.extend("    " + line for line in d[label].splitlines()[:12])
     if files.get("differing_count", 0) > len(files.get("differing", [])):
         lines.append(f"  ... and {files['differing_count'] - len(files['differing'])} more files")
+    for d in files.get("volatile", []):
+        lines.append(f"file {d['path']}: same up to {d['values']}")
+        for where, rec, rep in d.get("examples", [])[:3]:
+            lines.append(f"  at {where}: {_clip(rec, 40)} -> {_clip(rep, 40)}")
     stdout = v.outcome.get("stdout", {}) if v.outcome else {}
     if stdout.get("same") is False and stdout.get("diff"):
         lines.append(click.style("stdout differs:", fg="yellow", bold=True))

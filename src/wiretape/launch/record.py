@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -22,7 +22,7 @@ from wiretape.errors import RunFileError, UsageError
 from wiretape.launch.child import Child, resolve_command
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins, proxy_url
 from wiretape.model import Origin, RunInfo
-from wiretape.snapshot.tree import DEFAULT_MAX_BYTES, Entry, compare, walk
+from wiretape.snapshot.tree import DEFAULT_MAX_BYTES, Change, Entry, compare, walk
 from wiretape.proxy.http1 import DEFAULT_MAX_BODY
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
@@ -148,11 +148,23 @@ async def record(
         run.finish(exit_status, stdout, stderr)
         for snapshot_id, root, entries in snapshot_ids:
             after = {e.path: e for e in walk(root, exclude=_store_paths(path) | made_for_run)}
-            run.set_outcome_changes(snapshot_id, compare({e.path: e for e in entries}, after))
+            changes = compare({e.path: e for e in entries}, after)
+            run.set_outcome_changes(snapshot_id, changes, _kept_contents(changes, after))
         exchanges, body_bytes = run.exchange_count(), run.body_bytes()
         run.close(compact=True)
     return RecordResult(run_id, path, exchanges, body_bytes, time.monotonic() - t0, exit_status,
                         tuple(origins), recorder.stats.failures, listeners.refused)
+
+
+#: Text files up to this size (bytes) keep their recorded result, so that a
+#: replay can tell a file differing only in timestamps from one that differs.
+KEEP_CONTENT_MAX = 8 * 1024 * 1024
+
+
+def _kept_contents(changes: Sequence[Change], after: Mapping[str, Entry]) -> dict[str, bytes]:
+    return {c.path: after[c.path].data for c in changes
+            if c.change != "deleted" and not c.binary and after[c.path].kind == "file"
+            and len(after[c.path].data) <= KEEP_CONTENT_MAX}
 
 
 def _store_paths(run_path: Path) -> frozenset[Path]:

@@ -18,8 +18,9 @@ from wiretape.launch import isolate
 from wiretape.launch.child import Child, resolve_command
 from wiretape.inspect.summary import request_summary
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet
+from wiretape.matching.volatile import compare_volatile
 from wiretape.launch.origins import child_environment
-from wiretape.launch.record import _forward_signals
+from wiretape.launch.record import _forward_signals, _store_paths
 from wiretape.model import Origin
 from wiretape.playback.decide import Mode, Policy, Substitution
 from wiretape.playback.pacing import Pace
@@ -29,6 +30,7 @@ from wiretape.proxy.replay import Replayer
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
 from wiretape.proxy.upstream import parse_upstream
+from wiretape.snapshot.tree import Entry, walk
 from wiretape.store.runfile import RunFile
 
 
@@ -44,6 +46,7 @@ class ReplaySettings:
     same_paths: bool | None = None  # None: where Linux allows it
     offline: bool = False  # the agent gets a network namespace with only loopback
     clock_recorded: bool = False  # the agent's clock starts at the recorded start
+    state: str = "recorded"  # recorded: restore the snapshots; current: copy the trees as they are
 
 
 def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: int | None,
@@ -54,13 +57,31 @@ def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: i
     # A run with no recorded exit status (imported, or attached with serve)
     # has no outcome to compare with: "not compared", never "differs".
     known = recorded_exit is not None
+    # Output that differs only in timestamps (a log line's time) is the same
+    # output; the values are named under "volatile".
+    compared = compare_volatile(recorded_stdout, stdout)
     return {
         "exit_status": {"same": recorded_exit == exit_status if known else None,
                         "recorded": recorded_exit, "replayed": exit_status},
-        "stdout": {"same": recorded_stdout == stdout if known else None, "recorded_bytes": len(recorded_stdout),
-                   "replayed_bytes": len(stdout), "diff": _short_diff(recorded_stdout, stdout)},
+        "stdout": {"same": compared.same if known else None, "recorded_bytes": len(recorded_stdout),
+                   "replayed_bytes": len(stdout), "volatile": compared.summary(),
+                   "diff": _short_diff(recorded_stdout, stdout)},
         "files": {"same": None, "note": "no snapshot was taken"},
     }
+
+
+def current_state(snapshots: Sequence[tuple[int, str, list[Entry]]],
+                  run_path: Path) -> list[tuple[int, str, list[Entry]]]:
+    """The snapshotted trees read again as they are now (``replay --state
+    current``): same ids and roots, today's entries. Raises UsageError for
+    a tree that is gone."""
+    out = []
+    for snapshot_id, root, _entries in snapshots:
+        if not os.path.isdir(root):
+            raise UsageError(f"--state current: the snapshotted folder {root} does not exist "
+                             "here; replay the recorded state (--state recorded)")
+        out.append((snapshot_id, root, list(walk(Path(root), exclude=_store_paths(run_path)))))
+    return out
 
 
 def _short_diff(recorded: bytes, replayed: bytes, limit: int = 2000) -> str:
@@ -238,6 +259,8 @@ async def replay(
                                  "with `serve` or `wiretape.recording()`, or imported): give one "
                                  "after -- (from Python: argv=[...])")
         snapshots = run.snapshots() if until is None else []
+        if settings.state == "current":
+            snapshots = current_state(snapshots, path)
         sandbox = (Sandbox.restore(snapshots, source=path, home=os.environ.get("HOME"))
                    if snapshots else None)
         if until is None:
@@ -320,7 +343,11 @@ async def replay(
                 await asyncio.gather(*pending, return_exceptions=True)
             outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout)
             if sandbox is not None and exit_status is not None:
-                outcome["files"] = files_facet(run.outcome_changes(), sandbox.changes())
+                box = sandbox
+                outcome["files"] = files_facet(
+                    run.outcome_changes(), box.changes(),
+                    lambda _sid, _path, digest: run.content(digest),
+                    lambda sid, path, _digest: box.content(sid, path))
             outcome["isolation"] = isolation_facet(launch, settings, dns)
             outcome["sandbox"] = {"same": None, "paths": launch.mode, "notes": launch.notes,
                                   "kept": str(sandbox.root) if sandbox and settings.keep else None}

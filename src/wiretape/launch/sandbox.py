@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wiretape.matching.volatile import VolatileComparison, compare_volatile
 from wiretape.playback.decide import Substitution
 from wiretape.snapshot.restore import restore
 from wiretape.snapshot.tree import Entry, compare, walk
@@ -45,6 +46,7 @@ class Sandbox:
     root: Path
     copies: list[Copy] = field(default_factory=list)
     home: Path | None = None
+    _after: dict[int, dict[str, Entry]] = field(default_factory=dict)
 
     @classmethod
     def restore(cls, snapshots: Sequence[tuple[int, str, list[Entry]]], *, source: Path,
@@ -109,8 +111,14 @@ class Sandbox:
         out = {}
         for c in self.copies:
             after = {e.path: e for e in walk(c.copy)}
+            self._after[c.snapshot_id] = after
             out[c.snapshot_id] = [ch.to_json() for ch in compare({e.path: e for e in c.entries}, after)]
         return out
+
+    def content(self, snapshot_id: int, path: str) -> bytes | None:
+        """A file's bytes as :meth:`changes` last found them (None: no such file)."""
+        entry = self._after.get(snapshot_id, {}).get(path)
+        return entry.data if entry is not None and entry.kind == "file" else None
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -124,31 +132,66 @@ def _is_under(path: Path, parent: Path) -> bool:
     return path != parent
 
 
+Content = Callable[[int, str, str | None], "bytes | None"]
+
+
 def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
-                replayed: Mapping[int, list[dict[str, Any]]]) -> dict[str, Any]:
+                replayed: Mapping[int, list[dict[str, Any]]],
+                recorded_content: Content | None = None,
+                replayed_content: Content | None = None) -> dict[str, Any]:
     """The outcome's files part: same when both runs changed the same paths
-    the same way (same resulting bytes); else the differing paths, each with
-    both sides' change and diff, cut short."""
+    the same way. A file both runs added or modified whose bytes differ
+    only in timestamps and timings (:mod:`wiretape.matching.volatile`)
+    counts as the same and is listed under ``volatile`` with what differed;
+    the ``*_content(snapshot_id, path, after_hash)`` callables give each
+    side's bytes (None when not kept: then the bytes must be equal). Else
+    the differing paths, each with both sides' change and diff, cut short,
+    and the first real differences when both sides' bytes are known."""
     def key(rows: list[dict[str, Any]]) -> dict[str, tuple[str, str | None]]:
         return {r["path"]: (r["change"], r["after_hash"]) for r in rows}
 
-    differing = []
+    differing, volatile = [], []
     for sid in sorted(set(recorded) | set(replayed)):
         rec, rep = key(recorded.get(sid, [])), key(replayed.get(sid, []))
         by_path_rec = {r["path"]: r for r in recorded.get(sid, [])}
         by_path_rep = {r["path"]: r for r in replayed.get(sid, [])}
         for path in sorted(set(rec) | set(rep)):
-            if rec.get(path) != rep.get(path):
-                differing.append({
-                    "path": path,
-                    "recorded": _describe(by_path_rec.get(path)),
-                    "replayed": _describe(by_path_rep.get(path)),
-                    "recorded_diff": (by_path_rec.get(path) or {}).get("diff", "")[:800],
-                    "replayed_diff": (by_path_rep.get(path) or {}).get("diff", "")[:800],
-                })
+            if rec.get(path) == rep.get(path):
+                continue
+            row = {"path": path,
+                   "recorded": _describe(by_path_rec.get(path)),
+                   "replayed": _describe(by_path_rep.get(path))}
+            compared = _compare_contents(sid, path, rec.get(path), rep.get(path),
+                                         recorded_content, replayed_content)
+            if compared is not None and compared.same:
+                volatile.append({**row, "values": compared.summary(),
+                                 "examples": [list(e) for e in compared.examples]})
+                continue
+            if compared is not None:
+                row["real"] = [list(r) for r in compared.real]
+            differing.append({
+                **row,
+                "recorded_diff": (by_path_rec.get(path) or {}).get("diff", "")[:800],
+                "replayed_diff": (by_path_rep.get(path) or {}).get("diff", "")[:800],
+            })
     changed = sum(len(v) for v in replayed.values())
     return {"same": not differing, "changed": changed, "differing": differing[:20],
-            "differing_count": len(differing)}
+            "differing_count": len(differing), "volatile": volatile[:20],
+            "volatile_count": len(volatile)}
+
+
+def _compare_contents(sid: int, path: str, rec: tuple[str, str | None] | None,
+                      rep: tuple[str, str | None] | None, recorded_content: Content | None,
+                      replayed_content: Content | None) -> VolatileComparison | None:
+    """Both sides' bytes compared with timestamps and timings set aside, or
+    None when the change differs in kind or a side's bytes are not known."""
+    if (rec is None or rep is None or rec[0] != rep[0] or rec[0] == "deleted"
+            or recorded_content is None or replayed_content is None):
+        return None
+    old, new = recorded_content(sid, path, rec[1]), replayed_content(sid, path, rep[1])
+    if old is None or new is None:
+        return None
+    return compare_volatile(old, new)
 
 
 def _describe(row: Mapping[str, Any] | None) -> str:

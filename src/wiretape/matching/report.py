@@ -35,7 +35,9 @@ class Span:
     differing value starts; else the first differing byte). ``recorded`` and
     ``live`` are the differing text, grown to its token and trimmed;
     ``change`` is ``changed``, or ``added``/``removed`` when a JSON value is
-    on one side only (the other side's text is then empty).
+    on one side only (the other side's text is then empty); ``element``
+    names an added or removed array element in a few words (a message's
+    role, the tools it calls or answers, its first words).
     """
 
     pointer: str | None
@@ -48,6 +50,7 @@ class Span:
     bytes_differ: int
     tool: ToolRef | None = None
     change: str = "changed"
+    element: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,39 @@ def _span_sentence(span: Span) -> str:
     return f"{label} differs at {_where(span)}: {_quoted(span.recorded)} -> {_quoted(span.live)}"
 
 
+#: What the elements of an array are called, by the array's member name.
+_ELEMENT_NAMES = {"messages": "message", "contents": "message", "input": "item"}
+
+
+def _parent_and_index(span: Span) -> tuple[str, int] | None:
+    if not span.pointer:
+        return None
+    parent, _, last = span.pointer.rpartition("/")
+    return (parent, int(last)) if last.isdigit() else None
+
+
+def _elements_sentence(spans: tuple[Span, ...]) -> str:
+    """``8 messages added at /messages/10-/messages/17: user "Hi", ...``:
+    the run of consecutive elements added (or removed) from the first span."""
+    first = spans[0]
+    place = _parent_and_index(first)
+    run = [first]
+    for span in spans[1:]:
+        here = _parent_and_index(span)
+        last = _parent_and_index(run[-1])
+        if (span.element is None or span.change != first.change or here is None or last is None
+                or here != (last[0], last[1] + 1)):
+            break
+        run.append(span)
+    parent = place[0].rpartition("/")[2] if place else ""
+    noun = _ELEMENT_NAMES.get(parent, "element")
+    count = f"{len(run)} {noun}{'s' if len(run) != 1 else ''}"
+    where = run[0].pointer if len(run) == 1 else f"{run[0].pointer}-{run[-1].pointer}"
+    names = "; ".join(span.element or "" for span in run[:6])
+    more = f"; and {len(run) - 6} more" if len(run) > 6 else ""
+    return f"{count} {first.change} at {where}: {names}{more}"
+
+
 def _values(values: tuple[str, ...]) -> str:
     return _quoted(", ".join(values)) if values else "(absent)"
 
@@ -179,7 +215,9 @@ def first_line(
         return f"method differs: {method[0]} -> {method[1]}"
     if target is not None:
         return f"target differs: {target[0]} -> {target[1]}"
-    for span in spans:
+    for index, span in enumerate(spans):
+        if span.element is not None:
+            return _elements_sentence(spans[index:])
         if span.tool is not None:
             return _tool_sentence(span, span.tool)
     if spans:

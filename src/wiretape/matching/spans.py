@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from wiretape.matching.elements import describe
 from wiretape.matching.excerpt import context, show, trim
 from wiretape.matching.jsontree import (
     Change,
@@ -210,6 +211,7 @@ class _JsonSpans:
                     where.live_end - where.live_start,
                     tool,
                     "added",
+                    self._element(self.live_json.value, change.live_path),
                 )
             ]
         if change.change is Change.REMOVED:
@@ -232,6 +234,7 @@ class _JsonSpans:
                     where.rec_end - where.rec_start,
                     tool,
                     "removed",
+                    self._element(self.rec_json.value, change.recorded_path),
                 )
             ]
         # A long string that differs all through splits into many regions:
@@ -243,6 +246,11 @@ class _JsonSpans:
             _text_span(a, b, r, token, offset=where.live_start, pointer=here, tool=tool)
             for r, token in classified(a, b, considered)
         ]
+
+    @staticmethod
+    def _element(tree: object, path: Path) -> str | None:
+        """An added or removed array element in a few words (None for a member)."""
+        return describe(at(tree, path)) if path and path[-1].isdigit() else None
 
     def _key_order(
         self, change: TreeChange, where: Region, here: str, tool: ToolRef | None

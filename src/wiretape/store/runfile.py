@@ -417,12 +417,32 @@ class RunFile:
                 out.append((snapshot_id, root, entries))
         return out
 
-    def set_outcome_changes(self, snapshot_id: int, changes: Sequence[Change]) -> None:
+    def set_outcome_changes(self, snapshot_id: int, changes: Sequence[Change],
+                            contents: Mapping[str, bytes] | None = None) -> None:
+        """Store the recorded outcome of one snapshot. ``contents`` (path to
+        bytes) keeps the resulting bytes of added or modified files, under
+        their ``after_hash``, compressed against the bytes before: a replay
+        compares its own result with them (:meth:`content`)."""
+        contents = contents or {}
         with self._lock, self._db:
             for c in changes:
+                data = contents.get(c.path)
+                if data is not None and c.after_hash is not None:
+                    blobs.put(self._db, data, ref=c.before_hash)
                 self._db.execute(
                     "INSERT INTO outcome_changes (snapshot_id, path, change, detail) VALUES (?,?,?,?)",
                     (snapshot_id, c.path, c.change, json.dumps(c.to_json())))
+
+    @_damage_is_an_input_error
+    def content(self, digest: str | None) -> bytes | None:
+        """Bytes stored under ``digest`` (sha256 hex), or None when absent."""
+        if digest is None:
+            return None
+        with self._lock:
+            try:
+                return blobs.get(self._db, digest, self._cache)
+            except KeyError:
+                return None
 
     @_damage_is_an_input_error
     def outcome_changes(self) -> dict[int, list[dict[str, Any]]]:

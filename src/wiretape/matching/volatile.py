@@ -1,0 +1,207 @@
+"""What differs between two honest runs of the same agent: timestamps and timings.
+
+The outcome of a replay compares what the agent left behind (files it
+wrote, its stdout) with what the recording left. Two runs that sent the
+same requests and got the same answers still stamp their own wall-clock
+time and measure their own durations: nanobot's session files, for one,
+carry ``"timestamp": "2026-11-29T14:55:02.230532"`` per message and
+``"ttft_ms"``/``"latency_ms"`` per turn. This module decides whether two
+texts differ *only* in such values:
+
+* a **timestamp**: a differing region the kinds table classifies as a
+  timestamp on both sides (ISO 8601 / RFC 3339, RFC 2822, log formats,
+  epoch seconds or milliseconds);
+* a **duration**: a JSON number whose member name names a time measure
+  (``*_ms``, ``*_ns``, ``*_us``, ``*_s``, ``*_seconds``, ``latency``,
+  ``duration``, ``elapsed``, ``ttft``, ``took``).
+
+Anything else (another string, a number under another name, a member or
+element added, removed or reordered, a line more or less) is a real
+difference. JSON documents, JSON Lines (every non-blank line a JSON value,
+RFC 8259 per line) and other UTF-8 text are understood; binary data never
+compares as "volatile". Pure: bytes in, a value out, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from wiretape.matching.jsontree import Change, JsonObject, at, diff, parse, pointer
+from wiretape.matching.kinds import SpanKind
+from wiretape.matching.regions import Region, differing_region, split
+from wiretape.matching.spans import classified
+
+#: Member names whose numbers are durations (matched case-insensitively).
+DURATION_NAME = re.compile(
+    r"(?:^|[_\-.])(?:ms|ns|us|s|sec|secs|seconds|millis|nanos|micros)$"
+    r"|latency|duration|elapsed|ttft|took|time_?to",
+    re.IGNORECASE,
+)
+#: Real differences listed at most (the rest are counted).
+MAX_LISTED = 5
+
+
+@dataclass(frozen=True)
+class VolatileComparison:
+    """How two texts compare once timestamps and timings are set aside.
+
+    ``volatile`` counts the values that differ and are expected to, by kind
+    (``timestamp``, ``duration``); ``examples`` shows the first few as
+    ``(where, recorded, replayed)``, where ``where`` is ``line N`` and/or an
+    RFC 6901 pointer; ``real`` lists the first real differences in the same
+    form, ``real_count`` counts them all. ``same`` is true when there is no
+    real difference.
+    """
+
+    volatile: dict[str, int]
+    examples: tuple[tuple[str, str, str], ...]
+    real: tuple[tuple[str, str, str], ...]
+    real_count: int
+
+    @property
+    def same(self) -> bool:
+        return self.real_count == 0
+
+    def summary(self) -> str:
+        """``2 timestamps, 1 duration`` (empty when nothing volatile differs)."""
+        return ", ".join(f"{n} {kind}{'s' if n != 1 else ''}"
+                         for kind, n in sorted(self.volatile.items()))
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.volatile: Counter[str] = Counter()
+        self.examples: list[tuple[str, str, str]] = []
+        self.real: list[tuple[str, str, str]] = []
+        self.real_count = 0
+
+    def expected(self, kind: str, where: str, recorded: str, replayed: str) -> None:
+        self.volatile[kind] += 1
+        if len(self.examples) < MAX_LISTED:
+            self.examples.append((where, _short(recorded), _short(replayed)))
+
+    def differs(self, where: str, recorded: str, replayed: str) -> None:
+        self.real_count += 1
+        if len(self.real) < MAX_LISTED:
+            self.real.append((where, _short(recorded), _short(replayed)))
+
+    def result(self) -> VolatileComparison:
+        return VolatileComparison(dict(self.volatile), tuple(self.examples), tuple(self.real),
+                                  self.real_count)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def compare_volatile(recorded: bytes, replayed: bytes) -> VolatileComparison:
+    """Compare two texts (a file's bytes after the recording and after the
+    replay, or two stdouts), setting timestamps and timings aside.
+
+    Equal bytes give an empty, ``same`` comparison. Binary data (not UTF-8,
+    or holding NUL) that differs is one real difference.
+    """
+    tally = _Tally()
+    if recorded == replayed:
+        return tally.result()
+    if not (_is_text(recorded) and _is_text(replayed)):
+        tally.differs("bytes", f"{len(recorded)} bytes", f"{len(replayed)} bytes")
+        return tally.result()
+    rec_doc, rep_doc = parse(recorded), parse(replayed)
+    if rec_doc is not None and rep_doc is not None:
+        _json(rec_doc.value, rep_doc.value, "", tally)
+        return tally.result()
+    _lines(recorded.split(b"\n"), replayed.split(b"\n"), tally)
+    return tally.result()
+
+
+def _is_text(data: bytes) -> bool:
+    if b"\x00" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _lines(recorded: list[bytes], replayed: list[bytes], tally: _Tally) -> None:
+    if len(recorded) != len(replayed):
+        tally.differs("lines", f"{len(recorded)} lines", f"{len(replayed)} lines")
+        return
+    for number, (a, b) in enumerate(zip(recorded, replayed, strict=True), start=1):
+        if a == b:
+            continue
+        where = f"line {number}"
+        doc_a, doc_b = (parse(a), parse(b)) if a.strip() and b.strip() else (None, None)
+        if doc_a is not None and doc_b is not None:
+            _json(doc_a.value, doc_b.value, where, tally)
+        else:
+            _text(a, b, where, tally)
+
+
+def _text(a: bytes, b: bytes, where: str, tally: _Tally) -> None:
+    region = differing_region(a, b)
+    if region is None:
+        return
+    for part, token in classified(a, b, split(a, b, region)):
+        shown_a = _range_text(a, token.recorded, part.rec_start, part.rec_end)
+        shown_b = _range_text(b, token.live, part.live_start, part.live_end)
+        if token.kind is SpanKind.TIMESTAMP:
+            tally.expected("timestamp", where, shown_a, shown_b)
+        else:
+            tally.differs(where, shown_a, shown_b)
+
+
+def _range_text(data: bytes, token: tuple[int, int] | None, start: int, end: int) -> str:
+    low, high = token if token is not None else (start, end)
+    return data[low:high].decode("utf-8", "replace")
+
+
+def _json(a: object, b: object, prefix: str, tally: _Tally) -> None:
+    for change in diff(a, b):
+        where = " ".join(p for p in (prefix, pointer(change.path) or "/") if p)
+        if change.change is not Change.CHANGED:
+            shown = {Change.ADDED: ("", "added"), Change.REMOVED: ("removed", ""),
+                     Change.KEY_ORDER: ("member order", "member order")}[change.change]
+            tally.differs(where, *shown)
+            continue
+        old, new = at(a, change.recorded_path), at(b, change.live_path)
+        name = change.live_path[-1] if change.live_path else ""
+        _scalar(old, new, name, where, tally)
+
+
+def _scalar(old: object, new: object, name: str, where: str, tally: _Tally) -> None:
+    if isinstance(old, str) and isinstance(new, str):
+        inner = _Tally()
+        _text(old.encode(), new.encode(), where, inner)
+        if inner.real_count == 0 and inner.volatile:
+            tally.expected("timestamp", where, old, new)
+        else:
+            tally.differs(where, old, new)
+        return
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old, new))
+    if numbers and name and not name.isdigit() and DURATION_NAME.search(name):
+        tally.expected("duration", where, _scalar_text(old), _scalar_text(new))
+        return
+    if numbers:
+        # An epoch time (seconds or milliseconds) in a member of any name.
+        text_old, text_new = _scalar_text(old).encode(), _scalar_text(new).encode()
+        region = differing_region(text_old, text_new) or Region(0, 0, 0, 0)
+        found = classified(text_old, text_new, [region])
+        if found and all(token.kind is SpanKind.TIMESTAMP for _, token in found):
+            tally.expected("timestamp", where, _scalar_text(old), _scalar_text(new))
+            return
+    tally.differs(where, _scalar_text(old), _scalar_text(new))
+
+
+def _scalar_text(value: object) -> str:
+    if isinstance(value, (JsonObject, list)):
+        return "{...}" if isinstance(value, JsonObject) else "[...]"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
