@@ -155,3 +155,5 @@ class RunInfo:
     stderr: bytes = b""
     mode: str = "record"
     extra: dict[str, str] = field(default_factory=dict)
+    #: hosts whose TLS was intercepted (``--intercept``); empty otherwise
+    intercept: tuple[str, ...] = ()

@@ -82,6 +82,43 @@ def cli() -> None:
     """
 
 
+def _intercept_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The TLS interception options of record and serve --record."""
+    for option in reversed((
+        click.option("--intercept", is_flag=True,
+                     help="Listen as an HTTPS proxy and terminate TLS for the provider hosts "
+                          "with a CA made for this run (for clients whose origin is compiled in)."),
+        click.option("--intercept-host", "intercept_hosts", multiple=True, metavar="HOST",
+                     help="Intercept HOST too (besides the known provider hosts). Repeatable."),
+        click.option("--upstream-ca", type=click.Path(dir_okay=False, path_type=Path),
+                     help="PEM file of CA certificates trusted for the real origins, besides "
+                          "the usual roots (a private gateway)."),
+        click.option("--resolve", multiple=True, metavar="HOST=IP:PORT",
+                     help="Reach HOST at IP:PORT (its certificate is still checked against "
+                          "HOST). Repeatable."),
+    )):
+        command = option(command)
+    return command
+
+
+def _intercept_arguments(intercept: bool, hosts: tuple[str, ...], upstream_ca: Path | None,
+                         resolve: tuple[str, ...], upstreams: tuple[str, ...]) -> dict[str, Any]:
+    from wiretape.launch.intercept import InterceptSettings
+    from wiretape.proxy.upstream import UpstreamOptions, parse_resolve
+
+    if hosts and not intercept:
+        raise UsageError("--intercept-host needs --intercept")
+    if intercept and upstreams:
+        raise UsageError("--upstream and --intercept exclude each other: with --intercept the "
+                         "agent keeps its own origins (use --resolve HOST=IP:PORT to reach one "
+                         "elsewhere)")
+    if upstream_ca is not None and not upstream_ca.is_file():
+        raise UsageError(f"--upstream-ca {upstream_ca}: no such file (give a PEM file of CA "
+                         "certificates)")
+    return {"intercept": InterceptSettings(tuple(hosts)) if intercept else None,
+            "upstream_options": UpstreamOptions(upstream_ca, parse_resolve(resolve))}
+
+
 @cli.command()
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
               help="Run file to write (default .wiretape/runs/<run-id>.wtape).")
@@ -97,16 +134,20 @@ def cli() -> None:
 @click.option("--no-snapshot", is_flag=True, help="Snapshot nothing.")
 @click.option("--snapshot-max", type=click.IntRange(min=1), default=DEFAULT_SNAPSHOT_MAX, show_default=True,
               help="Largest total snapshot, in bytes; larger is refused.")
+@_intercept_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...], max_body: int,
            snapshot_paths: tuple[str, ...], no_snapshot: bool, snapshot_max: int,
-           command: tuple[str, ...]) -> None:
-    """Run COMMAND with its provider base URLs pointed at a recording proxy.
+           intercept: bool, intercept_hosts: tuple[str, ...], upstream_ca: Path | None,
+           resolve: tuple[str, ...], command: tuple[str, ...]) -> None:
+    """Run COMMAND with its provider base URLs pointed at a recording proxy
+    (with --intercept: with HTTPS_PROXY and a CA bundle instead).
 
     \b
     Example:
       wiretape record -- python -m wiretape.examples.tool_agent "What is in notes.txt?"
       wiretape record --upstream custom=http://127.0.0.1:9000/v1 --port 8089 -- nanobot agent -m hi
+      wiretape record --intercept -- python my_agent.py
     """
     from wiretape.launch.record import record as do_record
 
@@ -115,7 +156,9 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
     snapshots = [] if no_snapshot else [Path(p) for p in snapshot_paths] or None
     result = asyncio.run(do_record(list(command), out=out, upstreams=parse_pairs(upstreams, "--upstream"),
                                    ports=_ports(ports), max_body=max_body, snapshots=snapshots,
-                                   snapshot_max=snapshot_max))
+                                   snapshot_max=snapshot_max,
+                                   **_intercept_arguments(intercept, intercept_hosts, upstream_ca,
+                                                          resolve, upstreams)))
     for line in render.record_summary(result):
         _say(line)
     sys.exit(result.exit_status if result.exit_status is not None else 0)
@@ -154,11 +197,14 @@ def _mode(strict: bool, diagnostic: bool) -> Mode:
               show_default=True,
               help="recorded: restore the snapshots taken before recording; current: copy the "
                    "snapshotted folders as they are now (still into the sandbox).")
+@click.option("--intercept/--no-intercept", default=None,
+              help="Answer as an HTTPS proxy with a CA made for this replay (default: as "
+                   "the run was recorded).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tuple[str, ...],
            allow_substitutions: bool, ports: tuple[str, ...], as_json: bool, keep: bool,
            same_paths: bool | None, offline: bool, clock: str, state: str,
-           command: tuple[str, ...]) -> None:
+           intercept: bool | None, command: tuple[str, ...]) -> None:
     """Replay RUN (a run id or file) against COMMAND with no provider.
 
     Without COMMAND the recorded command runs again in the recorded
@@ -176,7 +222,8 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
                               substitutions=_substitutions(substitutes),
                               allow_substitutions=allow_substitutions, ports=tuple(_ports(ports)),
                               keep=keep, same_paths=same_paths, offline=offline,
-                              clock_recorded=clock == "recorded", state=state)
+                              clock_recorded=clock == "recorded", state=state,
+                              intercept=intercept)
     path = resolve_run(run)
     verdict = asyncio.run(do_replay(path, list(command) or None, settings))
     _say(render.verdict_line(verdict))
@@ -203,9 +250,11 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY, show_default=True,
               help="Largest request body accepted, in bytes; larger gets 413.")
+@_intercept_options
 def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
           out: Path | None, strict: bool, diagnostic: bool, pace: str, as_json: bool,
-          max_body: int) -> None:
+          max_body: int, intercept: bool, intercept_hosts: tuple[str, ...],
+          upstream_ca: Path | None, resolve: tuple[str, ...]) -> None:
     """Attach: listen until SIGINT/SIGTERM for an agent configured to call
     the printed URL (for agents that read their origin from a config file).
 
@@ -231,12 +280,24 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
     if record_mode:
         from wiretape.launch.record import record as do_record
 
-        if not upstreams:
-            raise UsageError("serve --record needs --upstream URL (where to forward)")
+        if not upstreams and not intercept:
+            raise UsageError("serve --record needs --upstream URL (where to forward), or "
+                             "--intercept")
         pairs = [(u.split("=", 1)[0], u.split("=", 1)[1]) if "=" in u.split("://", 1)[0] else ("upstream", u)
                  for u in upstreams]
+        extra = _intercept_arguments(intercept, intercept_hosts, upstream_ca, resolve, upstreams)
+
+        def announce_proxy(variables: dict[str, str]) -> None:
+            # The agent's side of an intercepting proxy: these variables.
+            for name, value in variables.items():
+                if intercept and name.isupper():
+                    click.echo(f"export {name}={value}")
+
         result = asyncio.run(do_record(None, out=out, upstreams=pairs, ports=_ports(ports),
-                                       max_body=max_body, on_listening=announce, until=stop))
+                                       max_body=max_body,
+                                       on_listening=(lambda _o: announce([])) if intercept
+                                       else announce,
+                                       on_environment=announce_proxy, until=stop, **extra))
         for line in render.record_summary(result):
             _say(line)
         sys.exit(0)

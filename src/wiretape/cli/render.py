@@ -51,6 +51,22 @@ def record_summary(result: RecordResult) -> list[str]:
         )
     for failure in result.failures:
         lines.append(f"wiretape: exchange {failure}")
+    if result.connect is not None:
+        lines.extend(connect_lines(result.connect.to_json()))
+    return lines
+
+
+def connect_lines(report: Mapping[str, Any]) -> list[str]:
+    """What the forward proxy saw (``--intercept``), one line per fact."""
+    lines = [f"wiretape: {why}" for why in report.get("rejected", {}).values()]
+    for t in report.get("tunnels", []):
+        what = (f"unreachable ({t['error']})" if t.get("error") and not t.get("bytes_down")
+                else f"{t['bytes_up']} bytes up, {t['bytes_down']} bytes down, not recorded")
+        lines.append(f"wiretape: tunnelled {t['host']}:{t['port']} untouched "
+                     f"({t['connections']} connection(s)): {what}")
+    for where, count in report.get("refused", {}).items():
+        lines.append(f"wiretape: refused {count} tunnel(s) to {where}: only the intercepted "
+                     "provider hosts are answered during a replay")
     return lines
 
 
@@ -169,6 +185,7 @@ def verdict_details(v: Verdict) -> list[str]:
     isolation = v.outcome.get("isolation", {}) if v.outcome else {}
     if isolation.get("said"):
         lines.append("wiretape: isolation: " + "; ".join(isolation["said"]))
+    lines.extend(connect_lines(v.outcome.get("intercept", {}) if v.outcome else {}))
     if isolation.get("dns_queries"):
         lines.append("wiretape: the agent tried to reach: " + ", ".join(isolation["dns_queries"]))
     if sandbox.get("kept"):

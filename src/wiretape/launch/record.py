@@ -23,11 +23,19 @@ from wiretape.launch.child import Child, resolve_command
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins, proxy_url
 from wiretape.model import Origin, RunInfo
 from wiretape.snapshot.tree import DEFAULT_MAX_BYTES, Change, Entry, compare, walk
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY
+from wiretape.launch.intercept import (
+    InterceptSettings,
+    Interception,
+    intercept_hosts,
+    plain_http_refusal,
+    proxy_environment,
+)
+from wiretape.proxy.connect import ConnectProxy, ConnectReport
+from wiretape.proxy.http1 import DEFAULT_MAX_BODY, plain_error
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
-from wiretape.proxy.upstream import parse_upstream
+from wiretape.proxy.upstream import UpstreamOptions, parse_upstream
 from wiretape.store.locate import new_run_id, runs_dir
 from wiretape.store.runfile import RunFile
 
@@ -47,6 +55,8 @@ class RecordResult:
     failures: list[str] = field(default_factory=list)
     #: requests refused before an exchange began, as (HTTP status, code)
     refused: list[tuple[int, str]] = field(default_factory=list)
+    #: what the forward proxy saw (``--intercept`` only)
+    connect: ConnectReport | None = None
 
 
 def _origin_error_body(path: bytes) -> Callable[[int, str, str], tuple]:  # type: ignore[type-arg]
@@ -84,6 +94,9 @@ async def record(
     until: asyncio.Event | None = None,
     snapshots: Sequence[Path] | None = None,
     snapshot_max: int = DEFAULT_MAX_BYTES,
+    intercept: InterceptSettings | None = None,
+    upstream_options: UpstreamOptions | None = None,
+    on_environment: Callable[[dict[str, str]], None] | None = None,
 ) -> RecordResult:
     """Record ``argv`` (or, with ``argv`` None, serve until ``until`` is set).
 
@@ -92,11 +105,21 @@ async def record(
     ``snapshot_max`` bytes; after the child exits, what it changed in them
     is stored as the outcome.
 
+    ``intercept``: listen as a forward proxy instead (one port: ``--port N``)
+    and terminate TLS for the provider hosts with a CA made for this run;
+    the child gets ``HTTPS_PROXY`` and a CA bundle, not base URLs.
+    ``upstream_options``: extra CA and address overrides for reaching origins.
+    ``on_environment`` is called with the variables set for the agent (name
+    to value) once the proxy listens, for an agent started by someone else.
+
     Returns the RecordResult; the child's exit status is in it. Raises
     CommandNotFound, PortInUse, InvalidUpstream, UsageError, RunFileError.
     """
     cwd = cwd or os.getcwd()
-    planned = plan_origins(upstreams, ports, include_known=argv is not None)
+    upstream_options = upstream_options or UpstreamOptions()
+    upstream_options.verify()  # a bad --upstream-ca is a usage error before anything starts
+    planned = ([] if intercept is not None else
+               plan_origins(upstreams, ports, include_known=argv is not None))
     if argv is not None:
         resolve_command(argv, cwd)
     run_id = new_run_id()
@@ -109,12 +132,33 @@ async def record(
     taken = take_snapshots(roots, exclude=_store_paths(path), max_bytes=snapshot_max)
     listeners = Listeners(max_body=max_body)
     recorder_ref: list[Recorder] = []
+    run_ref: list[RunFile] = []
+    interception = Interception() if intercept is not None else None
+    connect: ConnectProxy | None = None
     try:
-        origins = await bind_origins(listeners, planned, recorder_ref)
+        if interception is not None and intercept is not None:
+            hosts = intercept_hosts(intercept.extra_hosts)
+            connect = ConnectProxy(
+                interception.ca, hosts,
+                lambda name, authority, conn_id: recorder_ref[0].handler(
+                    name, f"https://{authority}", conn_id),
+                tunnel=True, next_connection_id=listeners.next_connection_id,
+                resolve=upstream_options.resolve, max_body=max_body,
+                on_refused=lambda status, code: listeners.refused.append((status, code)),
+                on_change=lambda report: run_ref and run_ref[0].set_connect_report(report.to_json()))
+            port = await listeners.listen(forward_proxy_port(ports),
+                                          lambda _id: plain_http_refusal(plain_error),
+                                          connect=connect)
+            origins = [Origin(name, f"https://{host}", port, ()) for host, name in hosts.items()]
+            env, names = proxy_environment(os.environ, port, interception.bundle)
+        else:
+            origins = await bind_origins(listeners, planned, recorder_ref)
+            env, names = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
     except BaseException:
         await listeners.close()
+        if interception is not None:
+            interception.close()
         raise
-    env, names = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
     started = time.time_ns()
     info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=tuple(argv or ()), cwd=cwd,
                    env_names=tuple(sorted(names)), origins=tuple(origins), started_at_ns=started,
@@ -123,10 +167,17 @@ async def record(
         run = RunFile.create(path, info)
     except BaseException:
         await listeners.close()
+        if interception is not None:
+            interception.close()
         raise
+    run_ref.append(run)
+    if intercept is not None:
+        run.set_intercept(sorted(h for h in intercept_hosts(intercept.extra_hosts)))
     snapshot_ids = [(run.add_snapshot(str(root), entries), root, entries) for root, entries in taken]
-    recorder = Recorder(run)
+    recorder = Recorder(run, options=upstream_options)
     recorder_ref.append(recorder)
+    if on_environment is not None:
+        on_environment({name: env[name] for name in names})
     if on_listening is not None:
         on_listening(origins)
     t0 = time.monotonic()
@@ -145,6 +196,10 @@ async def record(
     finally:
         await listeners.close()
         await recorder.aclose()
+        if interception is not None:
+            interception.close()
+        if connect is not None:
+            run.set_connect_report(connect.report.to_json())
         run.finish(exit_status, stdout, stderr)
         for snapshot_id, root, entries in snapshot_ids:
             after = {e.path: e for e in walk(root, exclude=_store_paths(path) | made_for_run)}
@@ -153,7 +208,8 @@ async def record(
         exchanges, body_bytes = run.exchange_count(), run.body_bytes()
         run.close(compact=True)
     return RecordResult(run_id, path, exchanges, body_bytes, time.monotonic() - t0, exit_status,
-                        tuple(origins), recorder.stats.failures, listeners.refused)
+                        tuple(origins), recorder.stats.failures, listeners.refused,
+                        connect.report if connect is not None else None)
 
 
 #: Text files up to this size (bytes) keep their recorded result, so that a
@@ -165,6 +221,17 @@ def _kept_contents(changes: Sequence[Change], after: Mapping[str, Entry]) -> dic
     return {c.path: after[c.path].data for c in changes
             if c.change != "deleted" and not c.binary and after[c.path].kind == "file"
             and len(after[c.path].data) <= KEEP_CONTENT_MAX}
+
+
+def forward_proxy_port(ports: Sequence[tuple[str | None, int]]) -> int:
+    """The forward proxy's port: ``--port N`` (or ``--port proxy=N``), else any.
+    Raises UsageError for a port named after an origin."""
+    for name, port in ports:
+        if name in (None, "proxy"):
+            return port
+        raise UsageError(f"--port {name}={port}: with --intercept there is one port, the "
+                         "forward proxy's: give --port N")
+    return 0
 
 
 def _store_paths(run_path: Path) -> frozenset[Path]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
 from wiretape.errors import PortInUse, UsageError
 from wiretape.launch import isolate
@@ -20,12 +21,19 @@ from wiretape.inspect.summary import request_summary
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet
 from wiretape.matching.volatile import compare_volatile
 from wiretape.launch.origins import child_environment
-from wiretape.launch.record import _forward_signals, _store_paths
-from wiretape.model import Origin
+from wiretape.launch.intercept import (
+    Interception,
+    known_hosts,
+    plain_http_refusal,
+    proxy_environment,
+)
+from wiretape.launch.record import _forward_signals, _store_paths, forward_proxy_port
+from wiretape.model import Origin, RunInfo
 from wiretape.playback.decide import Mode, Policy, Substitution
 from wiretape.playback.pacing import Pace
 from wiretape.playback.verdict import Verdict, compute
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY
+from wiretape.proxy.connect import ConnectProxy
+from wiretape.proxy.http1 import DEFAULT_MAX_BODY, plain_error
 from wiretape.proxy.replay import Replayer
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
@@ -47,6 +55,7 @@ class ReplaySettings:
     offline: bool = False  # the agent gets a network namespace with only loopback
     clock_recorded: bool = False  # the agent's clock starts at the recorded start
     state: str = "recorded"  # recorded: restore the snapshots; current: copy the trees as they are
+    intercept: bool | None = None  # None: as recorded (a run recorded with --intercept intercepts)
 
 
 def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: int | None,
@@ -163,6 +172,26 @@ async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer:
             port = await listen(0)  # the recorded port is taken: any free one
         bound.append(Origin(origin.name, origin.upstream, port, origin.env_vars))
     return bound
+
+
+async def bind_forward_proxy(listeners: Listeners, interception: Interception, info: RunInfo,
+                             replayer: Replayer, settings: ReplaySettings,
+                             isolated: isolate.IsolatedLaunch | None) -> tuple[ConnectProxy, list[Origin]]:
+    """Listen as the forward proxy of an intercepted run: the recorded
+    hosts answered from the tape, every other CONNECT refused. The port is
+    ``--port N`` or any free one (the child is told it). Raises PortInUse."""
+    names = {urlsplit(o.upstream).hostname or o.name: o.name for o in info.origins}
+    hosts = {host: names.get(host, host) for host in (info.intercept or known_hosts())}
+    connect = ConnectProxy(
+        interception.ca, hosts, lambda name, _authority, conn_id: replayer.handler(name, conn_id),
+        tunnel=False, next_connection_id=listeners.next_connection_id, max_body=settings.max_body,
+        on_refused=lambda status, code: listeners.refused.append((status, code)))
+    wanted = forward_proxy_port(settings.ports)
+    sock = isolated.listen_sockets([wanted])[0] if isolated is not None else None
+    port = await listeners.listen(wanted, lambda _id: plain_http_refusal(plain_error), sock=sock,
+                                  connect=connect)
+    origins = [Origin(o.name, o.upstream, port, ()) for o in info.origins]
+    return connect, origins
 
 
 @dataclass(frozen=True)
@@ -296,15 +325,27 @@ async def replay(
                             on_decision=on_decision)
         isolated = (isolate.prepare(launch.isolation, os.environ)
                     if launch.isolation is not None and until is None else None)
+        intercepting = bool(info.intercept) if settings.intercept is None else settings.intercept
+        interception = Interception() if intercepting else None
+        connect: ConnectProxy | None = None
         try:
-            origins = await bind_replay(listeners, info.origins, replayer, settings.ports,
-                                        isolated if settings.offline else None)
+            if interception is not None:
+                connect, origins = await bind_forward_proxy(
+                    listeners, interception, info, replayer, settings,
+                    isolated if settings.offline else None)
+                env, _ = proxy_environment(os.environ, origins[0].port if origins else 0,
+                                           interception.bundle)
+            else:
+                origins = await bind_replay(listeners, info.origins, replayer, settings.ports,
+                                            isolated if settings.offline else None)
+                env, _ = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
         except BaseException:
             await listeners.close()
             if isolated is not None:
                 isolated.close()
+            if interception is not None:
+                interception.close()
             raise
-        env, _ = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
         env = launch.environment(env)
         if isolated is not None:
             env = {**env, **isolated.env}
@@ -335,6 +376,8 @@ async def replay(
                 await stop_event.wait()
         finally:
             await listeners.close()
+            if interception is not None:
+                interception.close()
             dns: list[str] = []
             if isolated is not None:
                 dns = isolated.dns_queries()
@@ -351,6 +394,8 @@ async def replay(
             outcome["isolation"] = isolation_facet(launch, settings, dns)
             outcome["sandbox"] = {"same": None, "paths": launch.mode, "notes": launch.notes,
                                   "kept": str(sandbox.root) if sandbox and settings.keep else None}
+            if connect is not None:
+                outcome["intercept"] = {"same": None, **connect.report.to_json()}
             if replayer.stopped:
                 outcome["stopped"] = {"same": None, "reason": replayer.stopped}
             run.finish_replay(replayer.replay_id, exit_status, stdout, stderr, outcome)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Awaitable, Callable
 
 import h11
@@ -63,8 +64,10 @@ class ClientConnection:
         max_body: int = DEFAULT_MAX_BODY,
         error_body: ErrorBody = plain_error,
         on_refused: Callable[[int, str], None] | None = None,
+        accept_connect: bool = False,
     ) -> None:
         self._on_refused = on_refused
+        self._accept_connect = accept_connect
         self._reader = reader
         self._writer = writer
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=256 * 1024)
@@ -76,6 +79,8 @@ class ClientConnection:
         self.closed = False
         #: True while a request is being answered; False between requests.
         self.busy = False
+        #: The connection served inside this one's tunnel (TLS interception).
+        self.inner: ClientConnection | None = None
 
     # -- reading -----------------------------------------------------------
 
@@ -115,6 +120,9 @@ class ClientConnection:
         assert isinstance(event, h11.Request)
         self._request = event
         headers: Headers = tuple((bytes(k), bytes(v)) for k, v in event.headers.raw_items())
+        if event.method == b"CONNECT" and self._accept_connect:
+            return Request(method=b"CONNECT", target=bytes(event.target), headers=headers,
+                           body=b"", http_version=bytes(event.http_version))
         if event.method == b"CONNECT":
             await self._refuse(
                 405, "connect_not_supported",
@@ -173,6 +181,31 @@ class ClientConnection:
             await self.send_data(body)
             await self.end()
         await self.close()
+
+    # -- tunnels (CONNECT, RFC 9110 §9.3.6) -------------------------------
+
+    async def accept_tunnel(self) -> bytes:
+        """Answer a CONNECT with 200: from here the connection carries the
+        client's own bytes. Returns bytes the client already sent past the
+        request head (usually none: clients wait for the answer)."""
+        self._h11.send(h11.Response(status_code=200, headers=[]))
+        self._writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        await self._drain()
+        trailing, _closed = self._h11.trailing_data
+        return bytes(trailing)
+
+    async def refuse_tunnel(self, status: int, code: str, message: str) -> None:
+        """Answer a CONNECT with an error and close."""
+        await self._refuse(status, code, message)
+
+    async def start_tls(self, context: ssl.SSLContext) -> None:
+        """Upgrade this (tunnelled) connection to TLS as the server side.
+        Raises ssl.SSLError or ConnectionError when the handshake fails."""
+        await self._writer.start_tls(context)
+
+    @property
+    def streams(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return self._reader, self._writer
 
     # -- writing -----------------------------------------------------------
 
@@ -260,6 +293,11 @@ class ClientConnection:
             self.closed = True
             raise ClientGone("client closed the connection")
 
+    @property
+    def idle(self) -> bool:
+        """Between requests (here, or in the connection inside its tunnel)."""
+        return self.inner.idle if self.inner is not None else not self.busy
+
     def hang_up(self) -> None:
         """Close the socket now (no await): a pending read sees end of stream."""
         self._writer.close()
@@ -279,7 +317,7 @@ class ClientGone(Exception):
     """The agent closed its connection while a response was being written."""
 
 
-_REASONS = {400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
+_REASONS = {400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed",
             413: b"Content Too Large", 501: b"Not Implemented", 502: b"Bad Gateway",
             504: b"Gateway Timeout"}
 
@@ -287,9 +325,11 @@ _REASONS = {400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
 Handler = Callable[[ClientConnection, Request], Awaitable[None]]
 
 
-async def serve_connection(conn: ClientConnection, handler: Handler) -> None:
+async def serve_connection(conn: ClientConnection, handler: Handler,
+                           connect: Handler | None = None) -> None:
     """Read requests from ``conn`` and hand each to ``handler`` until the
-    connection ends."""
+    connection ends. A CONNECT (when the connection accepts them) goes to
+    ``connect``, which owns the connection from then on."""
     try:
         while True:
             try:
@@ -297,6 +337,9 @@ async def serve_connection(conn: ClientConnection, handler: Handler) -> None:
             except ProtocolRefused:
                 return
             if request is None:
+                return
+            if request.method == b"CONNECT" and connect is not None:
+                await connect(conn, request)
                 return
             conn.busy = True
             try:

@@ -42,10 +42,12 @@ def unreachable_response(path: bytes, upstream_url: str, reason: str) -> tuple[i
 class Recorder:
     """Records exchanges for a set of origins into one run file."""
 
-    def __init__(self, run: RunFile, *, on_exchange: Callable[[Exchange], None] | None = None) -> None:
+    def __init__(self, run: RunFile, *, on_exchange: Callable[[Exchange], None] | None = None,
+                 options: upstream.UpstreamOptions | None = None) -> None:
         self._run = run
         self._seq = itertools.count(0)
-        self._client = upstream.new_client()
+        self._options = options or upstream.UpstreamOptions()
+        self._client = upstream.new_client(self._options)
         self._write_lock = asyncio.Lock()
         self._on_exchange = on_exchange
         self._pending: set[asyncio.Task[None]] = set()
@@ -75,7 +77,7 @@ class Recorder:
         response: Response | None = None
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:
-            outgoing = upstream.build_request(root, host, request)
+            outgoing = upstream.build_request(root, host, request, self._options.resolve)
             origin_resp = await self._client.send(outgoing, stream=True)
         except (httpx.TimeoutException, httpx.TransportError, httpx.InvalidURL) as exc:
             ending = Ending.TIMEOUT if isinstance(exc, httpx.TimeoutException) else Ending.ORIGIN_UNREACHABLE

@@ -35,24 +35,27 @@ class Listeners:
         handler_for: Callable[[int], Handler],
         error_body: ErrorBody = plain_error,
         sock: socket.socket | None = None,
+        connect: Handler | None = None,
     ) -> int:
         """Listen on ``LOOPBACK:port`` (0: any free port); return the port.
 
         ``handler_for(connection_id)`` gives each connection its handler.
         ``sock``: an already listening socket to serve instead (one made in
-        the agent's network namespace). Raises PortInUse.
+        the agent's network namespace). ``connect``: the handler for CONNECT
+        requests (a forward proxy); without it CONNECT gets 405. Raises PortInUse.
         """
 
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             conn_id = self.next_connection_id()
             conn = ClientConnection(reader, writer, max_body=self.max_body, error_body=error_body,
-                                    on_refused=lambda status, code: self.refused.append((status, code)))
+                                    on_refused=lambda status, code: self.refused.append((status, code)),
+                                    accept_connect=connect is not None)
             task = asyncio.current_task()
             if task is not None:
                 task.set_name(f"wiretape-conn-{conn_id}")
                 self._tasks[task] = conn
             try:
-                await serve_connection(conn, handler_for(conn_id))
+                await serve_connection(conn, handler_for(conn_id), connect)
             except asyncio.CancelledError:
                 # Only close() cancels these tasks. Ending normally keeps
                 # CPython 3.11's start_server callback from logging a
@@ -80,7 +83,7 @@ class Listeners:
         for server in self._servers:
             server.close()
         for conn in list(self._tasks.values()):
-            if not conn.busy:
+            if conn.idle:
                 conn.hang_up()
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=grace)

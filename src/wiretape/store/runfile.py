@@ -200,6 +200,21 @@ class RunFile:
                     (o.name, o.upstream, o.port, json.dumps(list(o.env_vars))),
                 )
 
+    def set_intercept(self, hosts: Sequence[str]) -> None:
+        """Mark the run as recorded with TLS interception of ``hosts``."""
+        self._set_meta({"intercept": list(hosts)})
+
+    def set_connect_report(self, report: dict[str, Any]) -> None:
+        """What the forward proxy saw (ConnectReport.to_json): intercepted
+        hosts, tunnels (host, port, byte counts), rejected certificates."""
+        self._set_meta({"connect": report})
+
+    @_damage_is_an_input_error
+    def connect_report(self) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'connect'").fetchone()
+        return json.loads(row[0]) if row else None
+
     def set_env_names(self, names: Sequence[str]) -> None:
         self._set_meta({"env_names": sorted(names)})
 
@@ -240,6 +255,7 @@ class RunFile:
             stderr=meta.get("stderr", "").encode("latin-1"),
             mode=meta.get("mode", "record"),
             extra=meta.get("extra", {}),
+            intercept=tuple(meta.get("intercept", ())),
         )
 
     # -- exchanges ---------------------------------------------------------

@@ -7,6 +7,7 @@ framing; no ``date``) and streamed bodies one SSE event per HTTP chunk with
 ``delay`` seconds between events, so a proxy that buffers can be caught. It
 offers :class:`AsyncFakeProvider` for a running event loop and
 :class:`FakeProvider`, the same on a background thread for synchronous tests.
+Given a server-side ``ssl_context``, either serves HTTPS instead of HTTP.
 
 It must not know which reply a request gets: that is the playbook's, and the
 bytes of a body are the wire formats'.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ssl
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,16 +97,25 @@ class AsyncFakeProvider:
     """The fake provider inside a running event loop.
 
     ``script`` is played in request arrival order; ``port`` 0 picks a free port;
-    ``delay`` is the pause in seconds between two events of a streamed response.
-    Use ``async with AsyncFakeProvider(script) as fp:`` or ``start()`` / ``close()``.
+    ``delay`` is the pause in seconds between two events of a streamed response;
+    ``ssl_context``, a server-side :class:`ssl.SSLContext` holding the server's
+    certificate chain and key, makes it serve HTTPS (``url`` then starts with
+    ``https://``). Use ``async with AsyncFakeProvider(script) as fp:`` or
+    ``start()`` / ``close()``.
     """
 
     def __init__(
-        self, script: Sequence[Turn] = (), *, port: int = 0, delay: float = DEFAULT_DELAY
+        self,
+        script: Sequence[Turn] = (),
+        *,
+        port: int = 0,
+        delay: float = DEFAULT_DELAY,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._playbook = Playbook(script)
         self._wanted_port = port
         self._delay = delay
+        self._ssl_context = ssl_context
         self._server: asyncio.Server | None = None
         self._port: int | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -119,8 +130,10 @@ class AsyncFakeProvider:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT``, without a base path; add ``/v1`` for OpenAI clients."""
-        return f"http://{HOST}:{self.port}"
+        """``http://127.0.0.1:PORT`` (``https://`` with an ``ssl_context``), without a base
+        path; add ``/v1`` for OpenAI clients."""
+        scheme = "http" if self._ssl_context is None else "https"
+        return f"{scheme}://{HOST}:{self.port}"
 
     @property
     def requests(self) -> list[ReceivedRequest]:
@@ -135,7 +148,9 @@ class AsyncFakeProvider:
     async def start(self) -> None:
         """Listen on 127.0.0.1; raises :class:`wiretape.errors.PortInUse` when the port is taken."""
         try:
-            self._server = await asyncio.start_server(self._accept, HOST, self._wanted_port)
+            self._server = await asyncio.start_server(
+                self._accept, HOST, self._wanted_port, ssl=self._ssl_context
+            )
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUse(HOST, self._wanted_port) from exc
@@ -182,8 +197,8 @@ class AsyncFakeProvider:
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
-        except (ConnectionError, h11.ProtocolError):
-            return  # the client hung up or spoke something other than HTTP/1.1
+        except (ConnectionError, ssl.SSLError, h11.ProtocolError):
+            return  # the client hung up, broke TLS, or spoke something other than HTTP/1.1
         finally:
             writer.close()
 
@@ -206,14 +221,20 @@ class FakeProvider:
     """The fake provider on a background thread, for synchronous tests.
 
     ``with FakeProvider(script, port=0) as fp:`` starts it and stops it;
-    ``fp.url`` is ``http://127.0.0.1:PORT`` and ``fp.requests`` the requests
-    received (still readable after the block). Arguments as :class:`AsyncFakeProvider`.
+    ``fp.url`` is ``http://127.0.0.1:PORT`` (``https://`` with an ``ssl_context``)
+    and ``fp.requests`` the requests received (still readable after the block).
+    Arguments as :class:`AsyncFakeProvider`.
     """
 
     def __init__(
-        self, script: Sequence[Turn] = (), *, port: int = 0, delay: float = DEFAULT_DELAY
+        self,
+        script: Sequence[Turn] = (),
+        *,
+        port: int = 0,
+        delay: float = DEFAULT_DELAY,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._core = AsyncFakeProvider(script, port=port, delay=delay)
+        self._core = AsyncFakeProvider(script, port=port, delay=delay, ssl_context=ssl_context)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
@@ -227,7 +248,8 @@ class FakeProvider:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT``, without a base path; add ``/v1`` for OpenAI clients."""
+        """``http://127.0.0.1:PORT`` (``https://`` with an ``ssl_context``), without a base
+        path; add ``/v1`` for OpenAI clients."""
         return self._core.url
 
     @property

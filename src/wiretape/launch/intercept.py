@@ -1,0 +1,108 @@
+"""TLS interception for one run or replay: which hosts, the run's CA and CA
+bundle, and the child's proxy and trust variables.
+
+For agents whose origin is compiled in (no base URL to point elsewhere):
+the child gets ``HTTPS_PROXY`` naming wiretape and a CA bundle holding the
+usual roots plus a CA made for this run alone. The CA key lives in memory;
+leaf keys exist only for an instant in a private (0700) directory that is
+removed at the end with the bundle. Nothing of it is stored in the run file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from wiretape.intercept.ca import RunCA
+from wiretape.launch.origins import KNOWN_ORIGINS
+from wiretape.model import Request
+from wiretape.proxy.http1 import ClientConnection, ErrorBody, Handler
+
+#: Variables naming the forward proxy. Both cases: curl reads only the
+#: lower-case ``http_proxy``; httpx and requests prefer lower case when both
+#: are set (urllib.request.getproxies).
+PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
+#: Variables naming the CA bundle: OpenSSL-based clients (Python ssl, httpx)
+#: read SSL_CERT_FILE, requests REQUESTS_CA_BUNDLE, curl CURL_CA_BUNDLE,
+#: Node NODE_EXTRA_CA_CERTS (added to its own roots).
+TRUST_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+#: Loopback stays direct (a local tool server, a fake provider).
+NO_PROXY = "localhost,127.0.0.1,::1"
+
+
+@dataclass(frozen=True)
+class InterceptSettings:
+    """``--intercept``: the hosts intercepted besides the known provider
+    hosts (``--intercept-host``)."""
+
+    extra_hosts: tuple[str, ...] = ()
+
+
+def known_hosts() -> dict[str, str]:
+    """Provider host to origin name, from the origins table."""
+    out = {}
+    for spec in KNOWN_ORIGINS:
+        host = urlsplit(spec.default_upstream).hostname
+        if host:
+            out[host.lower()] = spec.name
+    return out
+
+
+def intercept_hosts(extra: Sequence[str]) -> dict[str, str]:
+    """Host to origin name: the known provider hosts, then each extra host
+    (named by itself)."""
+    hosts = known_hosts()
+    for host in extra:
+        hosts.setdefault(host.strip().lower(), host.strip().lower())
+    return hosts
+
+
+def plain_http_refusal(error_body: ErrorBody) -> Handler:
+    """The handler for requests sent to the forward proxy without CONNECT
+    (plain ``http://`` through ``HTTP_PROXY``): 400, never forwarded."""
+    async def refuse(conn: ClientConnection, request: Request) -> None:
+        headers, body = error_body(
+            400, "plain_http_not_intercepted",
+            "wiretape --intercept captures HTTPS (CONNECT) only; plain-HTTP requests through "
+            "the proxy are not forwarded")
+        await conn.send_head(400, b"Bad Request", headers, keep_alive=False)
+        await conn.send_data(body)
+        await conn.end()
+
+    return refuse
+
+
+def proxy_environment(env: Mapping[str, str], port: int, bundle: Path) -> tuple[dict[str, str], list[str]]:
+    """``env`` with the forward proxy at ``127.0.0.1:port`` and ``bundle``
+    trusted; returns it with the names set."""
+    out = dict(env)
+    names: list[str] = []
+    url = f"http://127.0.0.1:{port}"
+    for var in PROXY_VARS:
+        out[var] = out[var.lower()] = url
+        names += [var, var.lower()]
+    out["NO_PROXY"] = out["no_proxy"] = NO_PROXY
+    names += ["NO_PROXY", "no_proxy"]
+    for var in TRUST_VARS:
+        out[var] = str(bundle)
+        names.append(var)
+    return out, names
+
+
+class Interception:
+    """One run's (or replay's) CA and bundle; :meth:`close` removes both."""
+
+    def __init__(self) -> None:
+        self.ca = RunCA.create()
+        self.bundle = self.ca.write_bundle(self.ca.directory / "ca-bundle.pem")
+
+    def close(self) -> None:
+        self.ca.close()
+
+    def __enter__(self) -> Interception:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
