@@ -209,27 +209,30 @@ def session_script(*, write_answer: bool = False) -> list[Any]:
 # --- the scene ---------------------------------------------------------------------------
 
 
-def build_config(api_base: str, workspace: Path) -> dict[str, Any]:
+def build_config(api_base: str | None, workspace: Path) -> dict[str, Any]:
     """nanobot's config.json for a ``custom`` (OpenAI-compatible) provider at ``api_base``.
 
     ``api_base`` is used verbatim as the OpenAI client's base URL; requests go
     to ``api_base + "/chat/completions"``, so pass ``http://127.0.0.1:PORT/v1``.
     Do not set ``apiType`` here: nanobot 0.3.5 accepts it only under
     ``providers.openai``.
+
+    ``api_base`` None: the ``openai`` provider with no ``apiBase``, so the
+    openai SDK's own origin, ``https://api.openai.com/v1`` (nanobot then
+    honours HTTPS_PROXY and SSL_CERT_FILE, as the SDK's httpx client does).
     """
+    provider = "custom" if api_base is not None else "openai"
+    settings: dict[str, Any] = {"apiKey": API_KEY,
+                                "extraHeaders": {"x-session-affinity": SESSION_AFFINITY}}
+    if api_base is not None:
+        settings["apiBase"] = api_base
     return {
-        "providers": {
-            "custom": {
-                "apiKey": API_KEY,
-                "apiBase": api_base,
-                "extraHeaders": {"x-session-affinity": SESSION_AFFINITY},
-            }
-        },
+        "providers": {provider: settings},
         "agents": {
             "defaults": {
                 "workspace": str(workspace),
                 "model": MODEL,
-                "provider": "custom",
+                "provider": provider,
                 "timezone": "UTC",
                 "idleCompactAfterMinutes": 0,
                 "disabledSkills": list(_BUNDLED_SKILLS),
@@ -254,7 +257,7 @@ class NanobotScene:
     config_dir: Path
     config_path: Path
     workspace: Path
-    api_base: str
+    api_base: str | None
     prompt: str = PROMPT
 
     @property
@@ -319,7 +322,7 @@ class NanobotScene:
         _lay_out(self)
 
 
-def make_scene(root: Path, api_base: str, *, prompt: str = PROMPT) -> NanobotScene:
+def make_scene(root: Path, api_base: str | None, *, prompt: str = PROMPT) -> NanobotScene:
     """Create a scene under ``root`` (created if missing) whose config points at ``api_base``.
 
     ``root`` itself holds only the three directories: run the agent with

@@ -208,3 +208,42 @@ def test_the_ca_key_is_gone_and_no_key_material_is_in_the_run(
             assert exchange.response is not None
             for blob in (exchange.request.body, exchange.response.body):
                 assert b"PRIVATE KEY" not in blob and b"BEGIN CERTIFICATE" not in blob
+
+
+def test_nanobot_default_openai_provider_with_no_config_change(
+        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
+    """nanobot's ``providers.openai`` with no ``apiBase`` talks to
+    https://api.openai.com/v1 through the openai SDK: recorded and replayed
+    with --intercept and the config left as the user wrote it."""
+    import nanobot_support as ns
+
+    ca, pem = upstream_ca
+    scene = ns.make_scene(tmp_path / "scene", None)
+    config_before = scene.config_path.read_bytes()
+    assert b"apiBase" not in config_before and b'"openai"' in config_before
+    env = {k: v for k, v in scene.env(child_env()).items()}
+    run = tmp_path / "nanobot.wtape"
+    with FakeProvider(ns.session_script(), ssl_context=ca.server_context("api.openai.com")) as fp:
+        rec = wiretape(["record", "--intercept", "-o", str(run), "--upstream-ca", str(pem),
+                        "--resolve", f"api.openai.com=127.0.0.1:{fp.port}",
+                        "--snapshot", str(scene.workspace), "--", *scene.argv()],
+                       scene.root, env)
+        received = fp.requests
+    assert rec.returncode == 0, explain(rec)
+    live = rec.stdout.decode()
+    assert ns.model_error(live) is None, live
+    assert ns.EXPECTED_QUOTE in ns.final_answer(live)
+    assert [r.target for r in received] == ["/v1/chat/completions"] * 4
+    # nanobot's tokenizer download (not a provider) went to the tunnel, not the tape.
+    assert "tunnelled openaipublic.blob.core.windows.net:443 untouched" in rec.stderr.decode()
+    assert "refused before forwarding" not in rec.stderr.decode()
+
+    scene.reset()  # a fresh config directory: no session history is resent
+    assert scene.config_path.read_bytes() == config_before
+    rep = wiretape(["replay", str(run)], scene.root, env)
+    assert rep.returncode == 0, explain(rep)
+    assert ns.final_answer(rep.stdout.decode()) == ns.final_answer(live)
+    verdict = verdict_of(run, scene.root)
+    assert (verdict["recorded"], verdict["exact"], verdict["missing"], verdict["unused"]) == (
+        4, 4, 0, 0), verdict
+    assert verdict["outcome"]["intercept"]["intercepted"]["api.openai.com"] >= 1

@@ -172,8 +172,8 @@ class ClientConnection:
         )
         raise ProtocolRefused("body too large")
 
-    async def _refuse(self, status: int, code: str, message: str) -> None:
-        if self._on_refused is not None:
+    async def _refuse(self, status: int, code: str, message: str, *, notify: bool = True) -> None:
+        if notify and self._on_refused is not None:
             self._on_refused(status, code)
         headers, body = self._error_body(status, code, "wiretape: " + message)
         if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
@@ -195,8 +195,8 @@ class ClientConnection:
         return bytes(trailing)
 
     async def refuse_tunnel(self, status: int, code: str, message: str) -> None:
-        """Answer a CONNECT with an error and close."""
-        await self._refuse(status, code, message)
+        """Answer a CONNECT with an error and close (the caller reports it)."""
+        await self._refuse(status, code, message, notify=False)
 
     async def start_tls(self, context: ssl.SSLContext) -> None:
         """Upgrade this (tunnelled) connection to TLS as the server side.
