@@ -280,3 +280,20 @@ def test_strict_and_diagnostic_together(ws, command):
 def test_verdict_of_a_run_with_no_replay(ws):
     one_line_error(ws.wiretape("verdict", RUN_ID), RUN_ID, "no replay")
     one_line_error(ws.wiretape("verdict", RUN_ID, "--json"), RUN_ID, "no replay")
+
+
+# --- TLS interception --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "names"), [
+    (["--intercept", "--resolve", "api.openai.com"], ["--resolve", "HOST=IP:PORT"]),
+    (["--intercept", "--resolve", "api.openai.com=127.0.0.1:0"], ["--resolve"]),
+    (["--intercept", "--upstream-ca", "missing.pem"], ["--upstream-ca", "missing.pem"]),
+    (["--intercept", "--upstream-ca", "not-a-pem.txt"], ["--upstream-ca", "not-a-pem.txt"]),
+    (["--intercept", "--upstream", "openai=http://127.0.0.1:9/v1"], ["--upstream", "--intercept"]),
+    (["--intercept-host", "api.example.com"], ["--intercept-host", "--intercept"]),
+    (["--intercept", "--port", "openai=8089"], ["--port", "--intercept"]),
+])
+def test_intercept_options(ws, args, names):
+    (ws.root / "not-a-pem.txt").write_text("hello\n")
+    one_line_error(ws.wiretape("record", *args, "--", "true"), *names)

@@ -247,3 +247,49 @@ def test_nanobot_default_openai_provider_with_no_config_change(
     assert (verdict["recorded"], verdict["exact"], verdict["missing"], verdict["unused"]) == (
         4, 4, 0, 0), verdict
     assert verdict["outcome"]["intercept"]["intercepted"]["api.openai.com"] >= 1
+
+
+def _serve(args: Sequence[str], cwd: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """Start ``wiretape serve ...``; return it and the variables it printed."""
+    proc = subprocess.Popen([PYTHON, "-m", "wiretape", "serve", *args], cwd=cwd, env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    exported: dict[str, str] = {}
+    while "SSL_CERT_FILE" not in exported or "NO_PROXY" not in exported:
+        line = proc.stdout.readline().decode()
+        assert line, proc.stderr.read().decode() if proc.stderr else "serve ended"
+        name, _, value = line.removeprefix("export ").strip().partition("=")
+        exported[name] = value
+    return proc, exported
+
+
+def test_serve_prints_what_to_export_and_records_then_replays(
+        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
+    import signal
+
+    ca, pem = upstream_ca
+    run = tmp_path / "served.wtape"
+    command = [PYTHON, str(CLIENTS / "openai_client.py"), "chat"]
+    outputs = []
+    with FakeProvider(CHAT_SCRIPT, ssl_context=ca.server_context("api.openai.com")) as fp:
+        proc, exported = _serve(["--record", "--intercept", "-o", str(run), "--upstream-ca",
+                                 str(pem), "--resolve", f"api.openai.com=127.0.0.1:{fp.port}"],
+                                tmp_path)
+        assert exported["HTTPS_PROXY"].startswith("http://127.0.0.1:")
+        client = subprocess.run(command, env={**child_env(), **exported}, capture_output=True,
+                                timeout=TIMEOUT)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=TIMEOUT)
+    assert client.returncode == 0, client.stderr
+    outputs.append(client.stdout)
+    assert not Path(exported["SSL_CERT_FILE"]).exists()
+
+    proc, exported = _serve(["--replay", str(run)], tmp_path)
+    client = subprocess.run(command, env={**child_env(), **exported}, capture_output=True,
+                            timeout=TIMEOUT)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=TIMEOUT)
+    assert client.returncode == 0, client.stderr
+    assert client.stdout == outputs[0]
+    verdict = verdict_of(run, tmp_path)
+    assert (verdict["recorded"], verdict["exact"], verdict["unused"]) == (2, 2, 0), verdict

@@ -309,7 +309,6 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
         recorded_ports = {o.name: o.port for o in rf.info().origins}
 
     def announce_replay(origins: Sequence[Any]) -> None:
-        announce(origins)
         for o in origins:
             if recorded_ports.get(o.name) and recorded_ports[o.name] != o.port:
                 _say(f"wiretape: warning: {o.name}'s recorded port {recorded_ports[o.name]} is "
@@ -318,8 +317,23 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
 
     settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace), ports=tuple(_ports(ports)),
                               max_body=max_body)
-    verdict = asyncio.run(do_replay(run_path, None, settings,
-                                    on_listening=announce_replay, until=stop))
+    exported: list[str] = []
+
+    def announce_proxy(variables: dict[str, str]) -> None:
+        exported.extend(f"export {name}={value}" for name, value in variables.items()
+                        if name.isupper())
+
+    def announce_all(origins: Sequence[Any]) -> None:
+        # An intercepted run is served as an HTTPS proxy: the agent needs
+        # these variables, not base URLs.
+        for line in exported:
+            click.echo(line)
+        announce([] if exported else origins)
+        if not exported:
+            announce_replay(origins)
+
+    verdict = asyncio.run(do_replay(run_path, None, settings, on_listening=announce_all,
+                                    on_environment=announce_proxy, until=stop))
     _say(render.verdict_line(verdict))
     for line in render.verdict_details(verdict):
         _say(line)

@@ -263,6 +263,7 @@ async def replay(
     echo_stdout: BinaryIO | None = None,
     echo_stderr: BinaryIO | None = None,
     on_listening: Callable[[list[Origin]], None] | None = None,
+    on_environment: Callable[[dict[str, str]], None] | None = None,
     on_decision: Callable[[dict[str, Any]], None] | None = None,
     until: asyncio.Event | None = None,
     cwd: str | None = None,
@@ -333,8 +334,10 @@ async def replay(
                 connect, origins = await bind_forward_proxy(
                     listeners, interception, info, replayer, settings,
                     isolated if settings.offline else None)
-                env, _ = proxy_environment(os.environ, origins[0].port if origins else 0,
-                                           interception.bundle)
+                env, set_names = proxy_environment(os.environ, origins[0].port if origins else 0,
+                                                   interception.bundle)
+                if on_environment is not None:
+                    on_environment({name: env[name] for name in set_names})
             else:
                 origins = await bind_replay(listeners, info.origins, replayer, settings.ports,
                                             isolated if settings.offline else None)
