@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sdk_clients import ANTHROPIC_SCRIPT, CHAT_SCRIPT, CLIENTS, assert_closed, child_env, explain
+from test_sdk_clients import (
+    ANTHROPIC_SCRIPT,
+    CHAT_SCRIPT,
+    CLIENTS,
+    assert_closed,
+    child_env,
+    explain,
+)
 
 from wiretape.intercept.ca import RunCA
 from wiretape.store import open_run
@@ -145,7 +152,7 @@ def test_a_host_off_the_list_is_tunnelled_then_refused(tmp_path: Path,
                   "|| echo 'tool fetch failed'")
     command = ["sh", "-c", f"{INTERCEPT_CLIENTS / 'curl_https.sh'}; echo; {tool_fetch}"]
     with FakeProvider([TextTurn(secret)], ssl_context=ca.server_context(TOOL_HOST)) as tool:
-        run, rec, received = record_intercepted(
+        run, rec, _received = record_intercepted(
             tmp_path, upstream_ca, [TextTurn("Red, yellow and blue.")], "api.openai.com",
             command, "--resolve", f"{TOOL_HOST}=127.0.0.1:{tool.port}")
         assert len(tool.requests) == 1

@@ -319,7 +319,7 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
                               max_body=max_body)
     exported: list[str] = []
 
-    def announce_proxy(variables: dict[str, str]) -> None:
+    def collect_exports(variables: dict[str, str]) -> None:
         exported.extend(f"export {name}={value}" for name, value in variables.items()
                         if name.isupper())
 
@@ -333,7 +333,7 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
             announce_replay(origins)
 
     verdict = asyncio.run(do_replay(run_path, None, settings, on_listening=announce_all,
-                                    on_environment=announce_proxy, until=stop))
+                                    on_environment=collect_exports, until=stop))
     _say(render.verdict_line(verdict))
     for line in render.verdict_details(verdict):
         _say(line)

@@ -100,9 +100,3 @@ class Interception:
 
     def close(self) -> None:
         self.ca.close()
-
-    def __enter__(self) -> Interception:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

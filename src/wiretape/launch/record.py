@@ -145,7 +145,7 @@ async def record(
                 tunnel=True, next_connection_id=listeners.next_connection_id,
                 resolve=upstream_options.resolve, max_body=max_body,
                 on_refused=lambda status, code: listeners.refused.append((status, code)),
-                on_change=lambda report: run_ref and run_ref[0].set_connect_report(report.to_json()))
+                on_change=lambda report: _store_connect_report(run_ref, report))
             port = await listeners.listen(forward_proxy_port(ports),
                                           lambda _id: plain_http_refusal(plain_error),
                                           connect=connect)
@@ -221,6 +221,12 @@ def _kept_contents(changes: Sequence[Change], after: Mapping[str, Entry]) -> dic
     return {c.path: after[c.path].data for c in changes
             if c.change != "deleted" and not c.binary and after[c.path].kind == "file"
             and len(after[c.path].data) <= KEEP_CONTENT_MAX}
+
+
+def _store_connect_report(run_ref: list[RunFile], report: ConnectReport) -> None:
+    """Keep what the forward proxy saw as it changes (once the run file exists)."""
+    if run_ref:
+        run_ref[0].set_connect_report(report.to_json())
 
 
 def forward_proxy_port(ports: Sequence[tuple[str | None, int]]) -> int:

@@ -158,7 +158,7 @@ def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
         for path in sorted(set(rec) | set(rep)):
             if rec.get(path) == rep.get(path):
                 continue
-            row = {"path": path,
+            row: dict[str, Any] = {"path": path,
                    "recorded": _describe(by_path_rec.get(path)),
                    "replayed": _describe(by_path_rep.get(path))}
             compared = _compare_contents(sid, path, rec.get(path), rep.get(path),
