@@ -153,6 +153,9 @@ async def record_async(
     max_body: int = MAX_BODY,
     stdout: BinaryIO | None = None,
     stderr: BinaryIO | None = None,
+    intercept: bool | Sequence[str] = False,
+    upstream_ca: str | os.PathLike[str] | None = None,
+    resolve: Mapping[str, str] | None = None,
 ) -> Run:
     """Run ``argv`` with its provider base URLs pointed at a recording proxy
     and return the :class:`Run`.
@@ -168,7 +171,11 @@ async def record_async(
     restored into a sandbox for each replay and compared afterwards
     (default: ``cwd``; ``[]``: none). ``stdout``/``stderr``: where the
     command's output goes as it arrives (default: nowhere); it is kept in
-    the Run either way.
+    the Run either way. ``intercept``: True (or a list of extra hosts to
+    intercept) to capture the command as an HTTPS proxy with a CA made for
+    this run, for clients whose origin is compiled in; ``upstream_ca``: a PEM
+    file of CAs trusted for the real origins besides the usual roots;
+    ``resolve``: ``{HOST: "IP:PORT"}`` addresses to reach hosts at.
 
     Raises CommandNotFound, PortInUse, InvalidUpstream, RunFileError (``out``
     exists or cannot be written), UsageError.
@@ -183,7 +190,8 @@ async def record_async(
         upstreams=list((upstreams or {}).items()), ports=port_pairs(port, ports),
         max_body=max_body, cwd=os.fspath(cwd) if cwd is not None else None,
         snapshots=None if snapshots is None else [Path(p) for p in snapshots],
-        echo_stdout=kept_out, echo_stderr=kept_err)
+        echo_stdout=kept_out, echo_stderr=kept_err,
+        **_intercept_arguments(intercept, upstream_ca, resolve))
     return Run(run_id=result.run_id, path=result.path, exchanges=result.exchanges,
                body_bytes=result.body_bytes, duration_s=result.duration_s,
                exit_status=result.exit_status, stdout=kept_out.getvalue(),
@@ -203,12 +211,27 @@ def record(
     max_body: int = MAX_BODY,
     stdout: BinaryIO | None = None,
     stderr: BinaryIO | None = None,
+    intercept: bool | Sequence[str] = False,
+    upstream_ca: str | os.PathLike[str] | None = None,
+    resolve: Mapping[str, str] | None = None,
 ) -> Run:
     """:func:`record_async` for code without a running event loop (it raises
     UsageError inside one). Same arguments, result and errors."""
     return _run_sync("record", record_async(
         argv, out=out, upstreams=upstreams, port=port, ports=ports, cwd=cwd, snapshots=snapshots,
-        max_body=max_body, stdout=stdout, stderr=stderr))
+        max_body=max_body, stdout=stdout, stderr=stderr, intercept=intercept,
+        upstream_ca=upstream_ca, resolve=resolve))
+
+
+def _intercept_arguments(intercept: bool | Sequence[str], upstream_ca: str | os.PathLike[str] | None,
+                         resolve: Mapping[str, str] | None) -> dict[str, Any]:
+    from wiretape.launch.intercept import interception_settings
+
+    if isinstance(intercept, str):
+        raise UsageError("intercept must be True or a list of host names, e.g. ['api.example.com']")
+    hosts = None if intercept is False else () if intercept is True else tuple(intercept)
+    return interception_settings(hosts, upstream_ca,
+                                 [f"{host}={address}" for host, address in (resolve or {}).items()])
 
 
 async def replay_async(

@@ -300,3 +300,21 @@ def test_serve_prints_what_to_export_and_records_then_replays(
     assert client.stdout == outputs[0]
     verdict = verdict_of(run, tmp_path)
     assert (verdict["recorded"], verdict["exact"], verdict["unused"]) == (2, 2, 0), verdict
+
+
+def test_from_python(tmp_path: Path, upstream_ca: tuple[RunCA, Path],
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import wiretape
+
+    ca, pem = upstream_ca
+    for name, value in child_env().items():
+        monkeypatch.setenv(name, value)
+    for name in ("OPENAI_BASE_URL", "HTTPS_PROXY", "https_proxy", "SSL_CERT_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    command = [PYTHON, str(CLIENTS / "openai_client.py"), "chat"]
+    with FakeProvider(CHAT_SCRIPT, ssl_context=ca.server_context("api.openai.com")) as fp:
+        run = wiretape.record(command, out=tmp_path / "api.wtape", snapshots=[], intercept=True,
+                              upstream_ca=pem, resolve={"api.openai.com": f"127.0.0.1:{fp.port}"})
+    assert run.exit_status == 0 and run.exchanges == 2, run.stderr
+    verdict = wiretape.replay(run.path)
+    assert verdict.passed and verdict.exact == 2, verdict

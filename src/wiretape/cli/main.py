@@ -103,8 +103,7 @@ def _intercept_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def _intercept_arguments(intercept: bool, hosts: tuple[str, ...], upstream_ca: Path | None,
                          resolve: tuple[str, ...], upstreams: tuple[str, ...]) -> dict[str, Any]:
-    from wiretape.launch.intercept import InterceptSettings
-    from wiretape.proxy.upstream import UpstreamOptions, parse_resolve
+    from wiretape.launch.intercept import interception_settings
 
     if hosts and not intercept:
         raise UsageError("--intercept-host needs --intercept")
@@ -112,11 +111,7 @@ def _intercept_arguments(intercept: bool, hosts: tuple[str, ...], upstream_ca: P
         raise UsageError("--upstream and --intercept exclude each other: with --intercept the "
                          "agent keeps its own origins (use --resolve HOST=IP:PORT to reach one "
                          "elsewhere)")
-    if upstream_ca is not None and not upstream_ca.is_file():
-        raise UsageError(f"--upstream-ca {upstream_ca}: no such file (give a PEM file of CA "
-                         "certificates)")
-    return {"intercept": InterceptSettings(tuple(hosts)) if intercept else None,
-            "upstream_options": UpstreamOptions(upstream_ca, parse_resolve(resolve))}
+    return interception_settings(hosts if intercept else None, upstream_ca, resolve)
 
 
 @cli.command()

@@ -10,15 +10,19 @@ removed at the end with the bundle. Nothing of it is stored in the run file.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from wiretape.errors import UsageError
 from wiretape.intercept.ca import RunCA
 from wiretape.launch.origins import KNOWN_ORIGINS
 from wiretape.model import Request
 from wiretape.proxy.http1 import ClientConnection, ErrorBody, Handler
+from wiretape.proxy.upstream import UpstreamOptions, parse_resolve
 
 #: Variables naming the forward proxy. Both cases: curl reads only the
 #: lower-case ``http_proxy``; httpx and requests prefer lower case when both
@@ -38,6 +42,20 @@ class InterceptSettings:
     hosts (``--intercept-host``)."""
 
     extra_hosts: tuple[str, ...] = ()
+
+
+def interception_settings(hosts: Sequence[str] | None, upstream_ca: str | os.PathLike[str] | None,
+                          resolve: Sequence[str]) -> dict[str, Any]:
+    """The ``intercept`` and ``upstream_options`` arguments of a recording:
+    ``hosts`` None (no interception) or the extra hosts to intercept;
+    ``resolve``: ``HOST=IP:PORT`` strings. Raises UsageError for a missing
+    CA file or a malformed address."""
+    ca = Path(upstream_ca) if upstream_ca is not None else None
+    if ca is not None and not ca.is_file():
+        raise UsageError(f"--upstream-ca {os.fspath(ca)}: no such file (give a PEM file of CA "
+                         "certificates)")
+    return {"intercept": InterceptSettings(tuple(hosts)) if hosts is not None else None,
+            "upstream_options": UpstreamOptions(ca, parse_resolve(resolve))}
 
 
 def known_hosts() -> dict[str, str]:
