@@ -293,6 +293,8 @@ def test_verdict_of_a_run_with_no_replay(ws):
     (["--intercept", "--upstream", "openai=http://127.0.0.1:9/v1"], ["--upstream", "--intercept"]),
     (["--intercept-host", "api.example.com"], ["--intercept-host", "--intercept"]),
     (["--intercept", "--port", "openai=8089"], ["--port", "--intercept"]),
+    (["--intercept", "--intercept-host", ""], ["--intercept-host"]),
+    (["--intercept", "--intercept-host", "https://gw.example.com/"], ["--intercept-host"]),
 ])
 def test_intercept_options(ws, args, names):
     (ws.root / "not-a-pem.txt").write_text("hello\n")

@@ -112,6 +112,9 @@ def test_openai_sdk_with_its_default_base_url(tmp_path: Path, upstream_ca: tuple
     assert {"HTTPS_PROXY", "SSL_CERT_FILE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
             "REQUESTS_CA_BUNDLE", "NO_PROXY"} <= set(info.env_names)
     replay_exact(tmp_path, run, rec, received, command)
+    # Its requests name the provider's own host: only an intercepting replay answers them.
+    refused = wiretape(["replay", str(run), "--no-intercept", "--", *command], tmp_path)
+    assert refused.returncode == 2 and "was recorded with --intercept" in refused.stderr.decode()
 
 
 def test_anthropic_sdk_with_its_default_base_url(tmp_path: Path,

@@ -88,3 +88,24 @@ def test_added_messages_are_named_in_the_first_line() -> None:
     assert [s.element for s in found.spans] == ['assistant "Hello!"', 'user "Again"']
     gone = explain(_request(base + extra), _request(base))
     assert gone.first_line.startswith("2 messages removed at /messages/2-/messages/3")
+
+
+def test_only_clock_readings_of_the_runs_are_timestamps() -> None:
+    since = 1_795_900_000.0  # 2026-11-28
+    # Dates that are data, not clock readings: real differences.
+    for old, new in ((b'{"due": "2024-05-01"}', b'{"due": "2024-06-01"}'),
+                     (b'{"birthday": "1985-07-09T00:00:00"}', b'{"birthday": "1990-01-02T00:00:00"}'),
+                     (b'{"at": "2999-01-01T10:00:00"}', b'{"at": "2999-01-01T11:00:00"}')):
+        assert not compare_volatile(old, new, since=since).same, old
+    # Readings taken around the runs (ISO, epoch ms, log format) are set aside.
+    now = compare_volatile(b'{"t": "2026-11-29T09:00:00Z", "e": 1795950000000}',
+                           b'{"t": "2026-11-29T10:30:00Z", "e": 1795953000000}', since=since)
+    assert now.same and now.volatile == {"timestamp": 2}
+    assert compare_volatile(b'[29/Nov/2026:09:00:00 +0000] GET /\n',
+                            b'[29/Nov/2026:10:00:00 +0000] GET /\n', since=since).same
+
+
+def test_timings_in_text_carry_their_unit() -> None:
+    took = compare_volatile(b"took 88.1 ms\n", b"took 52.8 ms\n")
+    assert took.same and took.volatile == {"duration": 1}
+    assert not compare_volatile(b"took 88 files\n", b"took 52 files\n").same

@@ -285,7 +285,7 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
         def announce_proxy(variables: dict[str, str]) -> None:
             # The agent's side of an intercepting proxy: these variables.
             for name, value in variables.items():
-                if intercept and name.isupper():
+                if intercept:
                     click.echo(f"export {name}={value}")
 
         result = asyncio.run(do_record(None, out=out, upstreams=pairs, ports=_ports(ports),
@@ -311,12 +311,11 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
                      f"the port, or give --port {o.name}=N")
 
     settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace), ports=tuple(_ports(ports)),
-                              max_body=max_body)
+                              max_body=max_body, intercept=True if intercept else None)
     exported: list[str] = []
 
     def collect_exports(variables: dict[str, str]) -> None:
-        exported.extend(f"export {name}={value}" for name, value in variables.items()
-                        if name.isupper())
+        exported.extend(f"export {name}={value}" for name, value in variables.items())
 
     def announce_all(origins: Sequence[Any]) -> None:
         # An intercepted run is served as an HTTPS proxy: the agent needs

@@ -40,7 +40,15 @@ def record_summary(result: RecordResult) -> list[str]:
             counts[key] = counts.get(key, 0) + 1
         said = ", ".join(f"{n} x {status} {code}" for (status, code), n in counts.items())
         lines.append(f"wiretape: refused before forwarding (not recorded): {said}")
-    if result.exchanges == 0 and not result.refused:
+    if result.exchanges == 0 and result.connect is not None:
+        port = result.origins[0].port if result.origins else 0
+        lines.append(
+            "wiretape: WARNING: NO EXCHANGE WAS RECORDED. The agent made no HTTPS request to an "
+            f"intercepted host through HTTPS_PROXY=http://127.0.0.1:{port}: check that it honours "
+            "HTTPS_PROXY (or give it that proxy in its own settings), and add its provider's host "
+            "with --intercept-host HOST if it is not one of "
+            + ", ".join(sorted({o.upstream.removeprefix("https://") for o in result.origins})))
+    elif result.exchanges == 0 and not result.refused:
         names = ", ".join(sorted({v for o in result.origins for v in o.env_vars})) or "none"
         ports = ", ".join(f"{o.name}=127.0.0.1:{o.port}" for o in result.origins)
         lines.append(
@@ -175,9 +183,14 @@ def verdict_details(v: Verdict) -> list[str]:
         lines.append(f"file {d['path']}: same up to {d['values']}")
         for where, rec, rep in d.get("examples", [])[:3]:
             lines.append(f"  at {where}: {_clip(rec, 40)} -> {_clip(rep, 40)}")
+        counted = sum(int(n) for n, _ in (part.split(" ", 1) for part in d["values"].split(", ")))
+        if counted > 3:
+            lines.append(f"  ... and {counted - 3} more such values")
     stdout = v.outcome.get("stdout", {}) if v.outcome else {}
     if stdout.get("same") is False and stdout.get("diff"):
         lines.append(click.style("stdout differs:", fg="yellow", bold=True))
+        for where, rec, rep in stdout.get("real", [])[:3]:
+            lines.append(f"  at {where}: {_clip(rec, 60)!r} -> {_clip(rep, 60)!r}")
         lines.extend("  " + line for line in stdout["diff"].splitlines()[:20])
     sandbox = v.outcome.get("sandbox", {}) if v.outcome else {}
     for note in sandbox.get("notes", []):

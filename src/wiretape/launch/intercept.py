@@ -11,7 +11,8 @@ removed at the end with the bundle. Nothing of it is stored in the run file.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
 #: read SSL_CERT_FILE, requests REQUESTS_CA_BUNDLE, curl CURL_CA_BUNDLE,
 #: Node NODE_EXTRA_CA_CERTS (added to its own roots).
 TRUST_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*")
 #: Loopback stays direct (a local tool server, a fake provider).
 NO_PROXY = "localhost,127.0.0.1,::1"
 
@@ -50,6 +52,10 @@ def interception_settings(hosts: Sequence[str] | None, upstream_ca: str | os.Pat
     ``hosts`` None (no interception) or the extra hosts to intercept;
     ``resolve``: ``HOST=IP:PORT`` strings. Raises UsageError for a missing
     CA file or a malformed address."""
+    for host in hosts or ():
+        if not _HOST.fullmatch(host.strip()):
+            raise UsageError(f"--intercept-host {host!r}: expected a host name such as "
+                             "api.example.com (no scheme, port or path)")
     ca = Path(upstream_ca) if upstream_ca is not None else None
     if ca is not None and not ca.is_file():
         raise UsageError(f"--upstream-ca {os.fspath(ca)}: no such file (give a PEM file of CA "
@@ -77,10 +83,13 @@ def intercept_hosts(extra: Sequence[str]) -> dict[str, str]:
     return hosts
 
 
-def plain_http_refusal(error_body: ErrorBody) -> Handler:
+def plain_http_refusal(error_body: ErrorBody,
+                       on_refused: Callable[[int, str], None] | None = None) -> Handler:
     """The handler for requests sent to the forward proxy without CONNECT
     (plain ``http://`` through ``HTTP_PROXY``): 400, never forwarded."""
     async def refuse(conn: ClientConnection, request: Request) -> None:
+        if on_refused is not None:
+            on_refused(400, "plain_http_not_intercepted")
         headers, body = error_body(
             400, "plain_http_not_intercepted",
             "wiretape --intercept captures HTTPS (CONNECT) only; plain-HTTP requests through "

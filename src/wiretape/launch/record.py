@@ -147,7 +147,8 @@ async def record(
                 on_refused=lambda status, code: listeners.refused.append((status, code)),
                 on_change=lambda report: _store_connect_report(run_ref, report))
             port = await listeners.listen(forward_proxy_port(ports),
-                                          lambda _id: plain_http_refusal(plain_error),
+                                          lambda _id: plain_http_refusal(
+                                              plain_error, lambda status, code: listeners.refused.append((status, code))),
                                           connect=connect)
             origins = [Origin(name, f"https://{host}", port, ()) for host, name in hosts.items()]
             env, names = proxy_environment(os.environ, port, interception.bundle)

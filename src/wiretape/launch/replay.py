@@ -59,7 +59,7 @@ class ReplaySettings:
 
 
 def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: int | None,
-               stdout: bytes) -> dict[str, Any]:
+               stdout: bytes, since: float | None = None) -> dict[str, Any]:
     """The outcome part of a verdict: each facet same, differs, or not compared (None)."""
     if exit_status is None:
         return {}
@@ -68,12 +68,13 @@ def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: i
     known = recorded_exit is not None
     # Output that differs only in timestamps (a log line's time) is the same
     # output; the values are named under "volatile".
-    compared = compare_volatile(recorded_stdout, stdout)
+    compared = compare_volatile(recorded_stdout, stdout, since=since)
     return {
         "exit_status": {"same": recorded_exit == exit_status if known else None,
                         "recorded": recorded_exit, "replayed": exit_status},
         "stdout": {"same": compared.same if known else None, "recorded_bytes": len(recorded_stdout),
                    "replayed_bytes": len(stdout), "volatile": compared.summary(),
+                   "real": [list(r) for r in compared.real],
                    "diff": _short_diff(recorded_stdout, stdout)},
         "files": {"same": None, "note": "no snapshot was taken"},
     }
@@ -188,7 +189,8 @@ async def bind_forward_proxy(listeners: Listeners, interception: Interception, i
         on_refused=lambda status, code: listeners.refused.append((status, code)))
     wanted = forward_proxy_port(settings.ports)
     sock = isolated.listen_sockets([wanted])[0] if isolated is not None else None
-    port = await listeners.listen(wanted, lambda _id: plain_http_refusal(plain_error), sock=sock,
+    port = await listeners.listen(wanted, lambda _id: plain_http_refusal(
+                                              plain_error, lambda status, code: listeners.refused.append((status, code))), sock=sock,
                                   connect=connect)
     origins = [Origin(o.name, o.upstream, port, ()) for o in info.origins]
     return connect, origins
@@ -280,6 +282,10 @@ async def replay(
     sandbox: Sandbox | None = None
     try:
         info = run.info()
+        if info.intercept and settings.intercept is False:
+            raise UsageError(f"run {info.run_id} was recorded with --intercept: its requests went "
+                             "to the providers' own hosts, which only an intercepting replay "
+                             "answers; drop --no-intercept")
         exchanges = run.exchanges()
         cwd = info.cwd if argv is None or not argv else (cwd or os.getcwd())
         if until is None:
@@ -387,13 +393,14 @@ async def replay(
                 isolated.close()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-            outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout)
+            since = info.started_at_ns / 1e9 if info.started_at_ns else None
+            outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout, since)
             if sandbox is not None and exit_status is not None:
                 box = sandbox
                 outcome["files"] = files_facet(
                     run.outcome_changes(), box.changes(),
                     lambda _sid, _path, digest: run.content(digest),
-                    lambda sid, path, _digest: box.content(sid, path))
+                    lambda sid, path, _digest: box.content(sid, path), since=since)
             outcome["isolation"] = isolation_facet(launch, settings, dns)
             outcome["sandbox"] = {"same": None, "paths": launch.mode, "notes": launch.notes,
                                   "kept": str(sandbox.root) if sandbox and settings.keep else None}

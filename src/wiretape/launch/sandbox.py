@@ -138,7 +138,8 @@ Content = Callable[[int, str, str | None], "bytes | None"]
 def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
                 replayed: Mapping[int, list[dict[str, Any]]],
                 recorded_content: Content | None = None,
-                replayed_content: Content | None = None) -> dict[str, Any]:
+                replayed_content: Content | None = None, *,
+                since: float | None = None) -> dict[str, Any]:
     """The outcome's files part: same when both runs changed the same paths
     the same way. A file both runs added or modified whose bytes differ
     only in timestamps and timings (:mod:`wiretape.matching.volatile`)
@@ -162,7 +163,7 @@ def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
                    "recorded": _describe(by_path_rec.get(path)),
                    "replayed": _describe(by_path_rep.get(path))}
             compared = _compare_contents(sid, path, rec.get(path), rep.get(path),
-                                         recorded_content, replayed_content)
+                                         recorded_content, replayed_content, since)
             if compared is not None and compared.same:
                 volatile.append({**row, "values": compared.summary(),
                                  "examples": [list(e) for e in compared.examples]})
@@ -182,16 +183,18 @@ def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
 
 def _compare_contents(sid: int, path: str, rec: tuple[str, str | None] | None,
                       rep: tuple[str, str | None] | None, recorded_content: Content | None,
-                      replayed_content: Content | None) -> VolatileComparison | None:
-    """Both sides' bytes compared with timestamps and timings set aside, or
-    None when the change differs in kind or a side's bytes are not known."""
-    if (rec is None or rep is None or rec[0] != rep[0] or rec[0] == "deleted"
+                      replayed_content: Content | None,
+                      since: float | None) -> VolatileComparison | None:
+    """Both sides' resulting bytes compared with timestamps and timings set
+    aside (added on one side and modified on the other compares the same
+    way), or None when a side deleted the file or its bytes are not known."""
+    if (rec is None or rep is None or "deleted" in (rec[0], rep[0])
             or recorded_content is None or replayed_content is None):
         return None
     old, new = recorded_content(sid, path, rec[1]), replayed_content(sid, path, rep[1])
     if old is None or new is None:
         return None
-    return compare_volatile(old, new)
+    return compare_volatile(old, new, since=since)
 
 
 def _describe(row: Mapping[str, Any] | None) -> str:

@@ -24,7 +24,10 @@ compares as "volatile". Pure: bytes in, a value out, never an exception.
 
 from __future__ import annotations
 
+import datetime as dt
+import email.utils
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -41,6 +44,38 @@ DURATION_NAME = re.compile(
 )
 #: Real differences listed at most (the rest are counted).
 MAX_LISTED = 5
+#: A number in text followed by a time unit ("took 88.1 ms") is a timing.
+_UNIT = re.compile(rb"\s?(?:ms|s|sec|secs|seconds|us|\xc2\xb5s|ns|min|minutes)\b")
+_DAY = 86400.0
+
+
+def _seconds(text: str) -> float | None:
+    """Epoch seconds of a timestamp's text, or None when it does not parse."""
+    text = text.strip().strip('"')
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        value = float(text)
+        for scale in (1.0, 1e3, 1e6, 1e9):  # s, ms, us, ns
+            if 1e9 <= value / scale < 1e10:
+                return value / scale
+        return None
+    for parse in (lambda t: dt.datetime.fromisoformat(t.replace(",", ".")),
+                  email.utils.parsedate_to_datetime,
+                  lambda t: dt.datetime.strptime(t, "%d/%b/%Y:%H:%M:%S %z")):
+        try:
+            moment = parse(text)
+        except (ValueError, TypeError, IndexError):
+            continue
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return moment.timestamp()
+    return None
+
+
+def _clock_reading(window: tuple[float | None, float], text: str) -> bool:
+    """A timestamp read from a clock during the runs (see compare_volatile)."""
+    seconds = _seconds(text)
+    low, high = window
+    return seconds is not None and (low is None or seconds >= low) and seconds <= high
 
 
 @dataclass(frozen=True)
@@ -71,7 +106,8 @@ class VolatileComparison:
 
 
 class _Tally:
-    def __init__(self) -> None:
+    def __init__(self, window: tuple[float | None, float]) -> None:
+        self.window = window
         self.volatile: Counter[str] = Counter()
         self.examples: list[tuple[str, str, str]] = []
         self.real: list[tuple[str, str, str]] = []
@@ -96,14 +132,21 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
-def compare_volatile(recorded: bytes, replayed: bytes) -> VolatileComparison:
+def compare_volatile(recorded: bytes, replayed: bytes, *, since: float | None = None,
+                     until: float | None = None) -> VolatileComparison:
     """Compare two texts (a file's bytes after the recording and after the
     replay, or two stdouts), setting timestamps and timings aside.
 
-    Equal bytes give an empty, ``same`` comparison. Binary data (not UTF-8,
-    or holding NUL) that differs is one real difference.
+    A timestamp only counts as a clock reading when it parses (ISO 8601 /
+    RFC 3339, RFC 2822, Common Log Format, epoch s/ms/ns) and falls between
+    ``since`` and ``until`` (epoch seconds; the recording's start and now),
+    each widened by a day for time zones: a birthday or a due date that
+    changed is a real difference. Equal bytes give an empty, ``same``
+    comparison. Binary data (not UTF-8, or holding NUL) that differs is one
+    real difference.
     """
-    tally = _Tally()
+    tally = _Tally((None if since is None else since - _DAY,
+                    (time.time() if until is None else until) + _DAY))
     if recorded == replayed:
         return tally.result()
     if not (_is_text(recorded) and _is_text(replayed)):
@@ -149,8 +192,12 @@ def _text(a: bytes, b: bytes, where: str, tally: _Tally) -> None:
     for part, token in classified(a, b, split(a, b, region)):
         shown_a = _range_text(a, token.recorded, part.rec_start, part.rec_end)
         shown_b = _range_text(b, token.live, part.live_start, part.live_end)
-        if token.kind is SpanKind.TIMESTAMP:
+        if (token.kind is SpanKind.TIMESTAMP and _clock_reading(tally.window, shown_a)
+                and _clock_reading(tally.window, shown_b)):
             tally.expected("timestamp", where, shown_a, shown_b)
+        elif (token.kind is SpanKind.NUMBER and token.recorded and token.live
+              and _UNIT.match(a, token.recorded[1]) and _UNIT.match(b, token.live[1])):
+            tally.expected("duration", where, shown_a, shown_b)
         else:
             tally.differs(where, shown_a, shown_b)
 
@@ -175,7 +222,7 @@ def _json(a: object, b: object, prefix: str, tally: _Tally) -> None:
 
 def _scalar(old: object, new: object, name: str, where: str, tally: _Tally) -> None:
     if isinstance(old, str) and isinstance(new, str):
-        inner = _Tally()
+        inner = _Tally(tally.window)
         _text(old.encode(), new.encode(), where, inner)
         if inner.real_count == 0 and inner.volatile:
             tally.expected("timestamp", where, old, new)
@@ -191,7 +238,9 @@ def _scalar(old: object, new: object, name: str, where: str, tally: _Tally) -> N
         text_old, text_new = _scalar_text(old).encode(), _scalar_text(new).encode()
         region = differing_region(text_old, text_new) or Region(0, 0, 0, 0)
         found = classified(text_old, text_new, [region])
-        if found and all(token.kind is SpanKind.TIMESTAMP for _, token in found):
+        if (found and all(token.kind is SpanKind.TIMESTAMP for _, token in found)
+                and _clock_reading(tally.window, _scalar_text(old))
+                and _clock_reading(tally.window, _scalar_text(new))):
             tally.expected("timestamp", where, _scalar_text(old), _scalar_text(new))
             return
     tally.differs(where, _scalar_text(old), _scalar_text(new))

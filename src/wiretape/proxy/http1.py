@@ -309,7 +309,7 @@ class ClientConnection:
         try:
             self._writer.close()
             await asyncio.wait_for(self._writer.wait_closed(), 1.0)
-        except (ConnectionError, TimeoutError, RuntimeError):
+        except (ConnectionError, TimeoutError, RuntimeError, ssl.SSLError, OSError):
             pass
 
 
