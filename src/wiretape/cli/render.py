@@ -183,9 +183,8 @@ def verdict_details(v: Verdict) -> list[str]:
         lines.append(f"file {d['path']}: same up to {d['values']}")
         for where, rec, rep in d.get("examples", [])[:3]:
             lines.append(f"  at {where}: {_clip(rec, 40)} -> {_clip(rep, 40)}")
-        counted = sum(int(n) for n, _ in (part.split(" ", 1) for part in d["values"].split(", ")))
-        if counted > 3:
-            lines.append(f"  ... and {counted - 3} more such values")
+        if d.get("count", 0) > 3:
+            lines.append(f"  ... and {d['count'] - 3} more such values")
     stdout = v.outcome.get("stdout", {}) if v.outcome else {}
     if stdout.get("same") is False and stdout.get("diff"):
         lines.append(click.style("stdout differs:", fg="yellow", bold=True))

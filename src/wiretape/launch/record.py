@@ -144,11 +144,11 @@ async def record(
                     name, f"https://{authority}", conn_id),
                 tunnel=True, next_connection_id=listeners.next_connection_id,
                 resolve=upstream_options.resolve, max_body=max_body,
-                on_refused=lambda status, code: listeners.refused.append((status, code)),
+                on_refused=listeners.note_refused,
                 on_change=lambda report: _store_connect_report(run_ref, report))
             port = await listeners.listen(forward_proxy_port(ports),
                                           lambda _id: plain_http_refusal(
-                                              plain_error, lambda status, code: listeners.refused.append((status, code))),
+                                              plain_error, listeners.note_refused),
                                           connect=connect)
             origins = [Origin(name, f"https://{host}", port, ()) for host, name in hosts.items()]
             env, names = proxy_environment(os.environ, port, interception.bundle)

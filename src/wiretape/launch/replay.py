@@ -186,11 +186,11 @@ async def bind_forward_proxy(listeners: Listeners, interception: Interception, i
     connect = ConnectProxy(
         interception.ca, hosts, lambda name, _authority, conn_id: replayer.handler(name, conn_id),
         tunnel=False, next_connection_id=listeners.next_connection_id, max_body=settings.max_body,
-        on_refused=lambda status, code: listeners.refused.append((status, code)))
+        on_refused=listeners.note_refused)
     wanted = forward_proxy_port(settings.ports)
     sock = isolated.listen_sockets([wanted])[0] if isolated is not None else None
     port = await listeners.listen(wanted, lambda _id: plain_http_refusal(
-                                              plain_error, lambda status, code: listeners.refused.append((status, code))), sock=sock,
+                                              plain_error, listeners.note_refused), sock=sock,
                                   connect=connect)
     origins = [Origin(o.name, o.upstream, port, ()) for o in info.origins]
     return connect, origins

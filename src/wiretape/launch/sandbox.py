@@ -166,6 +166,7 @@ def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
                                          recorded_content, replayed_content, since)
             if compared is not None and compared.same:
                 volatile.append({**row, "values": compared.summary(),
+                                 "count": sum(compared.volatile.values()),
                                  "examples": [list(e) for e in compared.examples]})
                 continue
             if compared is not None:

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 
 from wiretape.matching.jsontree import Change, JsonObject, at, diff, parse, pointer
 from wiretape.matching.kinds import SpanKind
-from wiretape.matching.regions import Region, differing_region, split
+from wiretape.matching.regions import differing_region, split
 from wiretape.matching.spans import classified
+from wiretape.snapshot.tree import is_text
 
 #: Member names whose numbers are durations (matched case-insensitively).
 DURATION_NAME = re.compile(
@@ -58,11 +59,11 @@ def _seconds(text: str) -> float | None:
             if 1e9 <= value / scale < 1e10:
                 return value / scale
         return None
-    for parse in (lambda t: dt.datetime.fromisoformat(t.replace(",", ".")),
-                  email.utils.parsedate_to_datetime,
-                  lambda t: dt.datetime.strptime(t, "%d/%b/%Y:%H:%M:%S %z")):
+    for reader in (lambda t: dt.datetime.fromisoformat(t.replace(",", ".")),
+                   email.utils.parsedate_to_datetime,
+                   lambda t: dt.datetime.strptime(t, "%d/%b/%Y:%H:%M:%S %z")):
         try:
-            moment = parse(text)
+            moment = reader(text)
         except (ValueError, TypeError, IndexError):
             continue
         if moment.tzinfo is None:
@@ -149,7 +150,7 @@ def compare_volatile(recorded: bytes, replayed: bytes, *, since: float | None = 
                     (time.time() if until is None else until) + _DAY))
     if recorded == replayed:
         return tally.result()
-    if not (_is_text(recorded) and _is_text(replayed)):
+    if not (is_text(recorded) and is_text(replayed)):
         tally.differs("bytes", f"{len(recorded)} bytes", f"{len(replayed)} bytes")
         return tally.result()
     rec_doc, rep_doc = parse(recorded), parse(replayed)
@@ -158,16 +159,6 @@ def compare_volatile(recorded: bytes, replayed: bytes, *, since: float | None = 
         return tally.result()
     _lines(recorded.split(b"\n"), replayed.split(b"\n"), tally)
     return tally.result()
-
-
-def _is_text(data: bytes) -> bool:
-    if b"\x00" in data:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _lines(recorded: list[bytes], replayed: list[bytes], tally: _Tally) -> None:
@@ -225,7 +216,8 @@ def _scalar(old: object, new: object, name: str, where: str, tally: _Tally) -> N
         inner = _Tally(tally.window)
         _text(old.encode(), new.encode(), where, inner)
         if inner.real_count == 0 and inner.volatile:
-            tally.expected("timestamp", where, old, new)
+            tally.expected("timestamp" if inner.volatile["timestamp"] else "duration",
+                           where, old, new)
         else:
             tally.differs(where, old, new)
         return
@@ -233,17 +225,12 @@ def _scalar(old: object, new: object, name: str, where: str, tally: _Tally) -> N
     if numbers and name and not name.isdigit() and DURATION_NAME.search(name):
         tally.expected("duration", where, _scalar_text(old), _scalar_text(new))
         return
-    if numbers:
-        # An epoch time (seconds or milliseconds) in a member of any name.
-        text_old, text_new = _scalar_text(old).encode(), _scalar_text(new).encode()
-        region = differing_region(text_old, text_new) or Region(0, 0, 0, 0)
-        found = classified(text_old, text_new, [region])
-        if (found and all(token.kind is SpanKind.TIMESTAMP for _, token in found)
-                and _clock_reading(tally.window, _scalar_text(old))
-                and _clock_reading(tally.window, _scalar_text(new))):
-            tally.expected("timestamp", where, _scalar_text(old), _scalar_text(new))
-            return
-    tally.differs(where, _scalar_text(old), _scalar_text(new))
+    shown_old, shown_new = _scalar_text(old), _scalar_text(new)
+    # An epoch time (s, ms, us or ns) in a member of any name.
+    if numbers and _clock_reading(tally.window, shown_old) and _clock_reading(tally.window, shown_new):
+        tally.expected("timestamp", where, shown_old, shown_new)
+        return
+    tally.differs(where, shown_old, shown_new)
 
 
 def _scalar_text(value: object) -> str:

@@ -29,6 +29,10 @@ class Listeners:
     def next_connection_id(self) -> int:
         return next(self._ids)
 
+    def note_refused(self, status: int, code: str) -> None:
+        """Count a request refused before any exchange began."""
+        self.refused.append((status, code))
+
     async def listen(
         self,
         port: int,
@@ -48,7 +52,7 @@ class Listeners:
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             conn_id = self.next_connection_id()
             conn = ClientConnection(reader, writer, max_body=self.max_body, error_body=error_body,
-                                    on_refused=lambda status, code: self.refused.append((status, code)),
+                                    on_refused=self.note_refused,
                                     accept_connect=connect is not None)
             task = asyncio.current_task()
             if task is not None:

@@ -7,6 +7,7 @@ replay code path does not import this module.
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,16 +61,21 @@ class UpstreamOptions:
     resolve: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
     def verify(self) -> ssl.SSLContext | bool:
-        """The TLS verification setting for the client: always on."""
-        if self.ca_file is None:
-            return True
-        context = ssl.create_default_context(cafile=certifi.where())
-        try:
-            context.load_verify_locations(cafile=str(self.ca_file))
-        except (OSError, ssl.SSLError) as exc:
-            raise UsageError(f"cannot read --upstream-ca {self.ca_file}: {exc} (give a PEM file "
-                             "of CA certificates)") from exc
-        return context
+        """The TLS verification setting for the client: always on. Raises
+        UsageError for a ``ca_file`` that is not a PEM file of certificates."""
+        return True if self.ca_file is None else _trusting(self.ca_file)
+
+
+@functools.lru_cache(maxsize=8)
+def _trusting(ca_file: Path) -> ssl.SSLContext:
+    """The usual roots plus ``ca_file``, read once per file."""
+    context = ssl.create_default_context(cafile=certifi.where())
+    try:
+        context.load_verify_locations(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot read --upstream-ca {ca_file}: {exc} (give a PEM file "
+                         "of CA certificates)") from exc
+    return context
 
 
 def parse_resolve(values: Sequence[str]) -> dict[str, tuple[str, int]]:

@@ -109,7 +109,8 @@ class Change:
                 "after_size": self.after_size, "binary": self.binary, "diff": self.diff}
 
 
-def _is_text(data: bytes) -> bool:
+def is_text(data: bytes) -> bool:
+    """UTF-8 without NUL bytes: shown and compared as text."""
     if b"\x00" in data:
         return False
     try:
@@ -139,7 +140,7 @@ def compare(before: Mapping[str, Entry], after: Mapping[str, Entry]) -> list[Cha
             continue
         change = "added" if b is None else "deleted" if a is None else "modified"
         datas = [e.data for e in (b, a) if e is not None and e.kind == "file"]
-        binary = not all(_is_text(d) for d in datas)
+        binary = not all(is_text(d) for d in datas)
         diff = ""
         if not binary and (b is None or b.kind == "file") and (a is None or a.kind == "file"):
             diff = _text_diff(path, b.data if b else b"", a.data if a else b"")
