@@ -1,21 +1,30 @@
 # Set-up is part of every target: a fresh machine needs only `make demo` or `make test`.
+# `make demo` installs what wiretape needs to run; `make test` adds the test and lint tools.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+BASE := $(VENV)/.installed-base
+TOOLS := $(VENV)/.installed-test
 
-.PHONY: demo test bench system system-test clean
+.PHONY: demo test lint unit bench system system-test clean
 
-$(STAMP): pyproject.toml
-	@$(MAKE) --no-print-directory system
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
-	touch $(STAMP)
 
-# System packages the tests drive for real, installed with apt-get when missing:
+$(BASE): pyproject.toml | $(BIN)/python
+	@$(MAKE) --no-print-directory system
+	$(BIN)/python -m pip install -q -e .
+	touch $(BASE)
+
+$(TOOLS): pyproject.toml $(BASE)
+	@$(MAKE) --no-print-directory system-test
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(TOOLS)
+
+# System packages wiretape drives for real, installed with apt-get when missing:
 # curl (required) and faketime (libfaketime, for `--clock recorded`; without it
-# those tests skip, so a user who is not root only gets a note).
+# that option says so, so a user who is not root only gets a note).
 system:
 	@command -v curl >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq curl; \
@@ -31,14 +40,20 @@ system-test:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
 	  else echo "note: chromium is missing, the report test will be skipped (apt-get install chromium)"; fi; }
 
-demo: $(STAMP)
+demo: $(BASE)
 	$(BIN)/wiretape demo
 
-test: $(STAMP) system-test
-	@$(MAKE) --no-print-directory system
+# The gates: style and bugs (ruff), types (mypy --strict), the layering of
+# docs/DESIGN.md (import-linter contracts in pyproject.toml).
+lint: $(TOOLS)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: lint
 	$(BIN)/python -m pytest -n 4 -q
 
-bench: $(STAMP)
+bench: $(TOOLS)
 	$(BIN)/python bench/latency.py
 
 clean:

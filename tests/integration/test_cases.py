@@ -1,4 +1,4 @@
-"""Every case of ``shared/cases`` through wiretape: record from a raw upstream
+"""Every case of ``tests/data/cases`` through wiretape: record from a raw upstream
 that plays ``response.raw`` with the timing of ``chunks.json``, replay with
 the upstream gone, and check what the case's ``expect.md`` says.
 

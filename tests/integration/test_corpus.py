@@ -1,4 +1,4 @@
-"""Every fixture of ``shared/fixtures/corpus`` (real provider traffic) through
+"""Every fixture of ``tests/data/fixtures/corpus`` (real provider traffic) through
 wiretape: a raw upstream serves the recorded response (chunked bodies one
 SSE event or gzip flush per chunk), the generic httpx client drives it
 through ``wiretape record``, the upstream goes away, and ``wiretape replay``
@@ -70,7 +70,7 @@ def _read_json(p: Path) -> dict[str, Any]:
 
 
 def test_corpus_is_present() -> None:
-    assert _fixtures(), f"no corpus fixtures under {corpus_dir()} (set WIRETAPE_SHARED)"
+    assert _fixtures(), f"no corpus fixtures under {corpus_dir()}"
 
 
 @pytest.mark.parametrize("name", _fixtures())

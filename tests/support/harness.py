@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .raw_upstream import cases_dir, corpus_dir, shared_dir
+from .raw_upstream import cases_dir, corpus_dir, data_dir
 
 __all__ = [
     "CASES",
@@ -31,7 +31,7 @@ __all__ = [
     "parse_observation",
     "raw_client_cmd",
     "run_direct",
-    "shared_dir",
+    "data_dir",
 ]
 
 CLIENTS_DIR = Path(__file__).resolve().parent / "clients"

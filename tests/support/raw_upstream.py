@@ -60,10 +60,10 @@ __all__ = [
     "case_replies",
     "cases_dir",
     "corpus_dir",
+    "data_dir",
     "dechunk",
     "fixture_reply",
     "parse_http_message",
-    "shared_dir",
     "split_gzip_flushes",
     "split_sse_events",
 ]
@@ -72,21 +72,17 @@ __all__ = [
 # ---------------------------------------------------------------- locations
 
 
-def shared_dir() -> Path:
-    """The shared data directory: ``$WIRETAPE_SHARED``, else the sibling
-    ``shared`` directory of the repository root."""
-    env = os.environ.get("WIRETAPE_SHARED")
-    if env:
-        return Path(env).resolve()
-    return Path(__file__).resolve().parents[2].parent / "shared"
+def data_dir() -> Path:
+    """The test data kept in the repository: ``tests/data`` (see its README)."""
+    return Path(__file__).resolve().parents[1] / "data"
 
 
 def cases_dir() -> Path:
-    return shared_dir() / "cases"
+    return data_dir() / "cases"
 
 
 def corpus_dir() -> Path:
-    return shared_dir() / "fixtures" / "corpus"
+    return data_dir() / "fixtures" / "corpus"
 
 
 # ------------------------------------------------------------ HTTP parsing

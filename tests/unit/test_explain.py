@@ -8,12 +8,12 @@ from __future__ import annotations
 import copy
 import gzip
 import json
-import os
 import random
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.raw_upstream import cases_dir
 
 from wiretape.matching import DEFAULT_SEMANTIC_HEADERS, Explanation, SpanKind, ToolRef, explain
 from wiretape.matching.regions import EDIT_DISTANCE_CAP
@@ -738,12 +738,6 @@ def test_one_megabyte_bodies_differing_in_a_few_places(indent: int | None) -> No
 # --- the multipart upload of case B05 -------------------------------------------------------
 
 
-def shared_dir() -> Path:
-    return Path(
-        os.environ.get("WIRETAPE_SHARED") or Path(__file__).resolve().parents[2].parent / "shared"
-    )
-
-
 def http_request(path: Path) -> Request:
     head, _, payload = path.read_bytes().partition(b"\r\n\r\n")
     line, *fields = head.split(b"\r\n")
@@ -753,9 +747,7 @@ def http_request(path: Path) -> Request:
 
 
 def test_multipart_boundary_only_difference() -> None:
-    case = shared_dir() / "cases" / "B05"
-    if not (case / "request.rerun.http").exists():
-        pytest.skip(f"shared case B05 not found under {case.parent}")
+    case = cases_dir() / "B05"
     recorded, live = http_request(case / "request.http"), http_request(case / "request.rerun.http")
     old = recorded.body[2 : recorded.body.index(b"\r\n")].decode()
     new = live.body[2 : live.body.index(b"\r\n")].decode()

@@ -1,4 +1,4 @@
-"""The wire-format readers on every exchange of the shared corpus of real
+"""The wire-format readers on every exchange of the corpus of real
 provider traffic (model, text, reasoning, tool calls, stop reason, usage,
 errors, unknown events), and on damaged or unknown input, which must be
 shown and never raise."""
@@ -147,7 +147,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
 
 
 def test_every_corpus_fixture_has_an_expectation() -> None:
-    assert fixtures(), f"no corpus under {corpus_dir()} (set WIRETAPE_SHARED)"
+    assert fixtures(), f"no corpus under {corpus_dir()}"
     assert sorted(EXPECTED) == fixtures()
 
 
