@@ -121,7 +121,7 @@ def measure(name: str, recorded: bytes, live: bytes, repeat: int) -> None:
     for _ in range(repeat):
         baselines.append(timed(lambda: (json.loads(recorded), json.loads(live))))
         took.append(timed(lambda: explain(rec, liv)))
-    ratio = statistics.median(t / b for t, b in zip(took, baselines))
+    ratio = statistics.median(t / b for t, b in zip(took, baselines, strict=True))
     capped = "+" if result.edit_distance_capped else ""
     took_ms, baseline_ms = statistics.median(took), statistics.median(baselines)
     print(

@@ -103,7 +103,9 @@ def start(argv: list[str]) -> tuple[subprocess.Popen[str], str]:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if ": " not in line:
-        raise SystemExit(f"wiretape did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+        raise SystemExit(
+            f"wiretape did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}"
+        )
     return proc, line.split(": ", 1)[1].strip().removesuffix("/v1")
 
 
@@ -131,13 +133,17 @@ def main() -> None:
     direct = f"http://127.0.0.1:{port_file.read_text()}"
     wiretape = [sys.executable, "-m", "wiretape"]
     run = tmp / "bench.wtape"
-    rec, rec_url = start([*wiretape, "serve", "--record", "--upstream", direct + "/v1", "-o", str(run)])
+    rec, rec_url = start(
+        [*wiretape, "serve", "--record", "--upstream", direct + "/v1", "-o", str(run)]
+    )
     paths = {"direct": direct, "record": rec_url}
     small: dict[str, list[float]] = {}
     delays: dict[str, list[float]] = {}
     for name in ("direct", "record"):
         with httpx.Client(timeout=30) as client:
-            post = lambda: client.post(paths[name] + "/v1/small", content=b"{}")  # noqa: E731
+            def post(client: httpx.Client = client, base: str = paths[name]) -> httpx.Response:
+                return client.post(base + "/v1/small", content=b"{}")
+
             timed(post, 20)  # warm-up
             small[name] = timed(post, args.requests)
             delays[name] = stream_delays(client, paths[name], args.frames, args.gap_ms)
@@ -145,7 +151,9 @@ def main() -> None:
     up.terminate()
     rep, paths["replay"] = start([*wiretape, "serve", "--replay", str(run), "--diagnostic"])
     with httpx.Client(timeout=30) as client:
-        post = lambda: client.post(paths["replay"] + "/v1/small", content=b"{}")  # noqa: E731
+        def post(client: httpx.Client = client, base: str = paths["replay"]) -> httpx.Response:
+            return client.post(base + "/v1/small", content=b"{}")
+
         small["replay"] = timed(post, args.requests)
     stop(rep)
 
@@ -157,7 +165,9 @@ def main() -> None:
     d_direct = statistics.median(delays["direct"])
     d_record = statistics.median(delays["record"])
     p95 = statistics.quantiles(delays["record"], n=20)[-1]
-    print(f"stream of {args.frames} frames {args.gap_ms} ms apart, median send-to-arrival per frame:")
+    print(
+        f"stream of {args.frames} frames {args.gap_ms} ms apart, median send-to-arrival per frame:"
+    )
     print(f"  direct  {d_direct:7.3f} ms")
     print(f"  record  {d_record:7.3f} ms   (+{d_record - d_direct:.3f} ms per frame, "
           f"x{d_record / d_direct:.2f}; p95 {p95:.3f} ms)")

@@ -73,10 +73,29 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (store / "runs").mkdir(parents=True)
     with FakeProvider([TextTurn("first answer"), TextTurn("second answer")]) as fp:
         done = subprocess.run(
-            [sys.executable, "-m", "wiretape", "record", "-o", str(store / "runs" / f"{RUN_ID}.wtape"),
-             "--upstream", f"openai={fp.url}/v1", "--", sys.executable, PROBE, "hello", "--count",
-             "2", "--raw"],
-            cwd=root, env=env(store), capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-m",
+                "wiretape",
+                "record",
+                "-o",
+                str(store / "runs" / f"{RUN_ID}.wtape"),
+                "--upstream",
+                f"openai={fp.url}/v1",
+                "--",
+                sys.executable,
+                PROBE,
+                "hello",
+                "--count",
+                "2",
+                "--raw",
+            ],
+            cwd=root,
+            env=env(store),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert done.returncode == 0, done.stderr
     return store / "runs" / f"{RUN_ID}.wtape"
 
@@ -152,7 +171,9 @@ def test_truncated_run_file(ws, command):
 def page_of(path: Path, table: str) -> tuple[int, int]:
     db = sqlite3.connect(path)
     try:
-        root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+        root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[
+            0
+        ]
         size = db.execute("PRAGMA page_size").fetchone()[0]
     finally:
         db.close()

@@ -34,14 +34,27 @@ def verdict(run: Path, cwd: Path) -> dict:  # type: ignore[type-arg]
 def prompt_run(tmp_path: Path) -> Path:
     run = tmp_path / "prompt.wtape"
     with FakeProvider([TextTurn("hi there")]) as fp:
-        done = wiretape("record", "-o", str(run), "--upstream", f"openai={fp.url}/v1", "--",
-                        sys.executable, str(CLIENTS / "prompt_client.py"), PATH_A, TIME_A, cwd=tmp_path)
+        done = wiretape(
+            "record",
+            "-o",
+            str(run),
+            "--upstream",
+            f"openai={fp.url}/v1",
+            "--",
+            sys.executable,
+            str(CLIENTS / "prompt_client.py"),
+            PATH_A,
+            TIME_A,
+            cwd=tmp_path,
+        )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "200 hi there\n"
     return run
 
 
-def replay_prompt(run: Path, cwd: Path, path: str, moment: str, *flags: str) -> subprocess.CompletedProcess[str]:
+def replay_prompt(
+    run: Path, cwd: Path, path: str, moment: str, *flags: str
+) -> subprocess.CompletedProcess[str]:
     return wiretape("replay", str(run), *flags, "--", sys.executable,
                     str(CLIENTS / "prompt_client.py"), path, moment, cwd=cwd)
 

@@ -9,6 +9,7 @@ way in").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,13 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from support.routed_upstream import RoutedUpstream
 from wiretape.store.runfile import open_run
 from wiretape.testing import FakeProvider, TextTurn
 
 CLIENTS = Path(__file__).resolve().parent / "clients_modes"
-sys.path.insert(0, str(CLIENTS))
-
-from routed_upstream import RoutedUpstream
 
 PROBE = str(CLIENTS / "probe.py")
 SLOW_TAIL = str(CLIENTS / "slow_tail.py")
@@ -87,10 +86,10 @@ def reap() -> Iterator[list[Path]]:
     pidfiles: list[Path] = []
     yield pidfiles
     for pidfile in pidfiles:
-        try:
+        with contextlib.suppress(
+            FileNotFoundError, ValueError, ProcessLookupError, PermissionError
+        ):
             os.killpg(int(pidfile.read_text()), signal.SIGKILL)
-        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-            pass
 
 
 def kill9(proc: subprocess.Popen[bytes]) -> None:
@@ -177,7 +176,12 @@ def test_verdict_of_a_killed_replay(killed_replay, tmp_path):
     assert verdict["mode"] == "strict"
     assert [(r["index"], r["kind"], r["seq"], r["served"], r["target"])
             for r in verdict["requests"]] == [(0, "exact", 0, True, "/v1/chat/completions")]
-    assert (verdict["recorded"], verdict["exact"], verdict["missing"], verdict["unused"]) == (1, 1, 0, 0)
+    assert (verdict["recorded"], verdict["exact"], verdict["missing"], verdict["unused"]) == (
+        1,
+        1,
+        0,
+        0,
+    )
     assert verdict["pass"] is False  # it never finished, so it cannot have passed
     text = wiretape("verdict", str(killed_replay), cwd=tmp_path)
     assert "Traceback" not in text.stderr

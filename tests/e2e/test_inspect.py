@@ -28,7 +28,9 @@ ENV = {k: v for k, v in os.environ.items()
 ENV["OPENAI_API_KEY"] = "sk-proj-" + "Q" * 40
 
 
-def wiretape(*args: str, cwd: Path, check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
+def wiretape(
+    *args: str, cwd: Path, check: bool = True, **kw: Any
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=90, stdin=subprocess.DEVNULL, env=ENV, check=False,
                           **kw)
@@ -96,7 +98,9 @@ def test_show_json_has_every_row_the_ledger_and_the_verdicts(demo_run: Path) -> 
     for r in rows:  # what `show` always listed is still there
         assert {"method", "target", "origin", "frames", "bytes", "ttfb_ns", "duration_ns",
                 "ending"} <= set(r)
-        assert 0 < r["ttfb_ns"] <= r["duration_ns"] and r["frames"] > 1 and r["ending"] == "complete"
+        assert (
+            0 < r["ttfb_ns"] <= r["duration_ns"] and r["frames"] > 1 and r["ending"] == "complete"
+        )
     assert data["ledger"]["completed"] == 2 and data["ledger"]["pending"] == 0
     assert [(c["call_id"], c["name"], json.loads(c["arguments"]), c["issued_in"], c["answered_in"],
              c["status"], c["result"]) for c in data["ledger"]["calls"]] == [
@@ -104,13 +108,23 @@ def test_show_json_has_every_row_the_ledger_and_the_verdicts(demo_run: Path) -> 
          "apples: 17 pears: 25"),
         ("call_fake_2_0", "add", {"a": 17, "b": 25}, 1, 2, "completed", "42")]
     (replay,) = data["replays"]
-    assert (replay["pass"], replay["exact"], replay["recorded"], replay["mode"]) == (True, 3, 3, "strict")
+    assert (replay["pass"], replay["exact"], replay["recorded"], replay["mode"]) == (
+        True,
+        3,
+        3,
+        "strict",
+    )
 
 
 def test_show_one_exchange_whole(demo_run: Path) -> None:
     data = json.loads(wiretape("show", str(demo_run), "--exchange", "1", "--frames", "--json",
                                cwd=demo_run.parent).stdout)
-    assert [m["role"] for m in data["request"]["messages"]] == ["system", "user", "assistant", "tool"]
+    assert [m["role"] for m in data["request"]["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+    ]
     assert data["request"]["messages"][3]["result_for"] == "call_fake_1_0"
     assert data["request"]["tools"] == ["read_file", "add"] and data["request"]["streamed"]
     assert data["response"]["tool_calls"] == [
@@ -135,8 +149,24 @@ def test_show_one_exchange_whole(demo_run: Path) -> None:
 class _References(html.parser.HTMLParser):
     """Every attribute that could make a browser fetch something."""
 
-    FETCHING = frozenset({"src", "href", "srcset", "action", "formaction", "poster", "data", "background",
-                          "xlink:href", "ping", "manifest", "cite", "longdesc", "codebase"})
+    FETCHING = frozenset(
+        {
+            "src",
+            "href",
+            "srcset",
+            "action",
+            "formaction",
+            "poster",
+            "data",
+            "background",
+            "xlink:href",
+            "ping",
+            "manifest",
+            "cite",
+            "longdesc",
+            "codebase",
+        }
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -234,8 +264,9 @@ def test_an_interrupted_run_leaves_its_tool_call_pending(tmp_path: Path) -> None
                  f"-H 'content-type: application/json' -d '{body}'", cwd=tmp_path)
     data = json.loads(wiretape("show", str(run), "--json", cwd=tmp_path).stdout)
     assert data["ledger"]["completed"] == 0 and data["ledger"]["pending"] == 1
-    assert [(c["call_id"], c["name"], c["status"], c["answered_in"]) for c in data["ledger"]["calls"]] \
-        == [("call_fake_1_0", "read_file", "pending", None)]
+    assert [
+        (c["call_id"], c["name"], c["status"], c["answered_in"]) for c in data["ledger"]["calls"]
+    ] == [("call_fake_1_0", "read_file", "pending", None)]
     out = tmp_path / "cut.html"
     wiretape("report", str(run), "-o", str(out), cwd=tmp_path)
     counts = check_self_contained(out.read_text()).counts

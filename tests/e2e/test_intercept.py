@@ -93,7 +93,9 @@ def replay_exact(tmp_path: Path, run: Path, rec: subprocess.CompletedProcess[byt
     return verdict
 
 
-def test_openai_sdk_with_its_default_base_url(tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
+def test_openai_sdk_with_its_default_base_url(
+    tmp_path: Path, upstream_ca: tuple[RunCA, Path]
+) -> None:
     command = [PYTHON, str(CLIENTS / "openai_client.py"), "chat-stream"]
     run, rec, received = record_intercepted(tmp_path, upstream_ca, CHAT_SCRIPT, "api.openai.com",
                                             command)
@@ -149,10 +151,12 @@ def test_a_host_off_the_list_is_tunnelled_then_refused(tmp_path: Path,
     never stored; refused while replaying, and the replay says so)."""
     ca, pem = upstream_ca
     secret = "tool-answer-7f3a9c"
-    tool_fetch = (f"curl -sS --fail-with-body --cacert {pem} -H 'content-type: application/json' "
-                  "--data-binary '{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}' "
-                  f"https://{TOOL_HOST}/v1/chat/completions >tool.out && echo 'tool fetch ok' "
-                  "|| echo 'tool fetch failed'")
+    tool_fetch = (
+        f"curl -sS --fail-with-body --cacert {pem} -H 'content-type: application/json' "
+        '--data-binary \'{"model":"m","messages":[{"role":"user","content":"x"}]}\' '
+        f"https://{TOOL_HOST}/v1/chat/completions >tool.out && echo 'tool fetch ok' "
+        "|| echo 'tool fetch failed'"
+    )
     command = ["sh", "-c", f"{INTERCEPT_CLIENTS / 'curl_https.sh'}; echo; {tool_fetch}"]
     with FakeProvider([TextTurn(secret)], ssl_context=ca.server_context(TOOL_HOST)) as tool:
         run, rec, _received = record_intercepted(

@@ -31,7 +31,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wiretape(*args: str, env: dict[str, str], cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def wiretape(
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "wiretape", *args], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
@@ -41,7 +43,9 @@ def verdict(run: Path, env: dict[str, str], cwd: Path) -> dict[str, object]:
     return json.loads(out.stdout)
 
 
-def record_scene(tmp_path: Path, *snapshot: str) -> tuple[ns.NanobotScene, Path, subprocess.CompletedProcess[str]]:
+def record_scene(
+    tmp_path: Path, *snapshot: str
+) -> tuple[ns.NanobotScene, Path, subprocess.CompletedProcess[str]]:
     port = free_port()
     run = tmp_path / "nanobot.wtape"
     with FakeProvider(ns.session_script()) as fp:
@@ -100,7 +104,10 @@ def test_nanobot_replay_restores_the_workspace_and_leaves_the_original_alone(rec
     (here: changed after recording, and still changed afterwards)."""
     scene, run, live = recorded
     if not same_paths_here():
-        pytest.skip("mount namespaces are not available here: " + isolate.capabilities().reasons.get("mount_namespaces", ""))
+        pytest.skip(
+            "mount namespaces are not available here: "
+            + isolate.capabilities().reasons.get("mount_namespaces", "")
+        )
     scene.reset()  # a fresh config directory: no session history is resent
     scene.notes.write_text("edited after recording\n")
     before = {p: p.read_bytes() for p in scene.workspace.rglob("*") if p.is_file()}
@@ -151,7 +158,9 @@ def test_nanobot_diagnostic_names_the_tool_whose_result_changed(recorded_live) -
     assert span["tool"] == {"call_id": "call_fake_1_0", "name": "read_file",
                             "pointer": "/messages/3"}
     assert "PELICAN-42" in span["recorded"] and "HERON-7" in span["live"]
-    assert "the result of read_file (call_fake_1_0) differs at /messages/3/content" in replayed.stderr
+    assert (
+        "the result of read_file (call_fake_1_0) differs at /messages/3/content" in replayed.stderr
+    )
 
 
 def test_nanobot_writes_land_in_the_sandbox_and_in_its_outcome(tmp_path: Path) -> None:
@@ -238,7 +247,9 @@ def test_nanobot_history_is_restored_from_the_snapshot_and_extra_history_is_name
     # up to its timestamps and timings, and said so.
     (volatile,) = [f for f in files["volatile"] if f["path"].endswith(".jsonl")]
     assert "timestamp" in volatile["values"] and "duration" in volatile["values"]
-    assert "files same up to timestamps and timings in 1 file(s)" in replayed.stderr, replayed.stderr
+    assert "files same up to timestamps and timings in 1 file(s)" in replayed.stderr, (
+        replayed.stderr
+    )
     assert _tree_bytes(scene.config_dir, scene.workspace) == state_after_both
 
     # The same run against the state both recordings left (no restore): the

@@ -75,7 +75,7 @@ def gemini_upstream() -> Iterator[Upstream]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length") or 0))
             targets.append(self.path)
             ok = self.path.split("?", 1)[0].endswith(":generateContent")

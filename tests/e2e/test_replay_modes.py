@@ -6,6 +6,7 @@ and unused requests right (DESIGN.md, "Matching and the verdict").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -84,10 +85,8 @@ def wait_gone(pid: int, timeout: float = 5.0) -> bool:
 
 
 def kill_quietly(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def record(base: Path, name: str, script: list, *command: str) -> Path:
@@ -273,7 +272,12 @@ def test_diagnostic_changed_prompt_goes_on_and_labels_every_request(agent_run, t
     assert [(r["index"], r["kind"], r["seq"], r["served"]) for r in verdict["requests"]] == [
         (0, "diverged", 0, True), (1, "diverged", 1, True), (2, "diverged", 2, True)]
     assert all(r["detail"]["fields"] == ["body"] for r in verdict["requests"])
-    assert (verdict["exact"], verdict["diverged"], verdict["missing"], verdict["unused"]) == (0, 3, 0, 0)
+    assert (verdict["exact"], verdict["diverged"], verdict["missing"], verdict["unused"]) == (
+        0,
+        3,
+        0,
+        0,
+    )
     assert "stopped" not in verdict["outcome"]
     # the agent was served the recording all the way to its answer
     assert ANSWER in done.stdout
@@ -284,7 +288,9 @@ def test_diagnostic_changed_prompt_goes_on_and_labels_every_request(agent_run, t
     assert line.startswith("wiretape: verdict FAIL (diagnostic)")
 
 
-def test_diagnostic_missing_request_is_answered_with_an_error_and_the_replay_goes_on(probe_run, tmp_path):
+def test_diagnostic_missing_request_is_answered_with_an_error_and_the_replay_goes_on(
+    probe_run, tmp_path
+):
     done = wiretape("replay", "--diagnostic", str(probe_run), "--json", "--", sys.executable,
                     PROBE, "hello", "--count", "3", "--raw", "--wait-term", "1", cwd=tmp_path)
     assert done.returncode == 3, done.stderr

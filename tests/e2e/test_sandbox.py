@@ -81,7 +81,9 @@ def test_mapped_paths_count_as_substituted_and_name_the_path(project) -> None:  
     assert old == str(work) and new.startswith(str(Path(new).parent)) and count == 1
     assert "paths are mapped into the sandbox" in done.stderr
     assert "absolute paths in its own files" in done.stderr
-    allowed = wiretape("replay", str(run), "--no-same-paths", "--allow-substitutions", cwd=work.parent)
+    allowed = wiretape(
+        "replay", str(run), "--no-same-paths", "--allow-substitutions", cwd=work.parent
+    )
     assert allowed.returncode in (0, 1), allowed.stderr  # exchanges pass; the clock may differ
 
 

@@ -19,6 +19,7 @@ variable its library reads, as a user's agent would.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -168,7 +169,7 @@ def check_chat_turns(turns: list[dict[str, Any]], streamed: bool) -> None:
     assert first["finish_reason"] == "tool_calls"
     assert not first["text"]
     assert [c["name"] for c in first["tool_calls"]] == ["add", "lookup"]
-    for got, call in zip(first["tool_calls"], tool_turn.calls):
+    for got, call in zip(first["tool_calls"], tool_turn.calls, strict=True):
         check_arguments(got["arguments"], call)
         assert got["id"].startswith("call_"), got
     assert len({c["id"] for c in first["tool_calls"]}) == 2
@@ -220,7 +221,7 @@ def test_openai_embeddings(tmp_path: Path) -> None:
         expected.append([d["embedding"] for d in json.loads(raw)["data"]])
     assert [[v["length"] for v in r["vectors"]] for r in observed] == [[8, 8], [16]]
     assert [[v["index"] for v in r["vectors"]] for r in observed] == [[0, 1], [0]]
-    for result, vectors in zip(observed, expected):
+    for result, vectors in zip(observed, expected, strict=True):
         assert [v["first"] for v in result["vectors"]] == [vec[:4] for vec in vectors]
         assert result["model"] == "text-embedding-3-small"
         assert result["usage"]["prompt_tokens"] > 0
@@ -334,7 +335,7 @@ def test_curl(tmp_path: Path, mode: str) -> None:
     expected = direct_chunks(script, request.target, request.body)
     assert passes.record.stdout == b"".join(expected)
     if mode == "stream":
-        assert len(expected) == len("Red, yellow and blue.".split()) + 3
+        assert len(expected) == len(["Red,", "yellow", "and", "blue."]) + 3
         check_chat_sse(expected, "Red, yellow and blue.")
     else:
         answer = json.loads(passes.record.stdout)
@@ -363,6 +364,6 @@ def test_stream_reaches_client_frame_by_frame_while_recording(tmp_path: Path) ->
     spread = arrivals[-1] - arrivals[0]
     # A proxy that buffered the response would hand all frames over at once.
     assert spread >= 0.75 * total_delay, (spread, total_delay, arrivals)
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     # and most frames one by one (a busy machine may now and then hand over two together)
     assert sum(g >= 0.5 * delay for g in gaps) >= len(gaps) // 2, gaps

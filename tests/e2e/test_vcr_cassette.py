@@ -52,9 +52,13 @@ def test_a_vcrpy_cassette_imports_shows_and_replays(tmp_path: Path) -> None:
     assert KEY.encode() not in run.read_bytes()
 
     shown = json.loads(wiretape("show", str(run), "--json").stdout)
-    assert [(r["model"], r["stop_reason"], r["tool_calls"], r["frames"]) for r in shown["exchanges"]] \
-        == [("gpt-4o-mini", "tool_calls", ["read_file"], 9), ("gpt-4o-mini", "tool_calls", ["add"], 8),
-            ("gpt-4o-mini", "stop", [], 15)]
+    assert [
+        (r["model"], r["stop_reason"], r["tool_calls"], r["frames"]) for r in shown["exchanges"]
+    ] == [
+        ("gpt-4o-mini", "tool_calls", ["read_file"], 9),
+        ("gpt-4o-mini", "tool_calls", ["add"], 8),
+        ("gpt-4o-mini", "stop", [], 15),
+    ]
     assert [(c["name"], c["status"], c["answered_in"]) for c in shown["ledger"]["calls"]] == [
         ("read_file", "completed", 1), ("add", "completed", 2)]
     assert shown["origins"] == [{"name": "openai", "upstream": fp.url + "/v1", "port": 0}]

@@ -17,7 +17,6 @@ import hashlib
 import itertools
 import json
 import os
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,10 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-TESTS_DIR = Path(__file__).resolve().parents[1]
-if str(TESTS_DIR) not in sys.path:
-    sys.path.insert(0, str(TESTS_DIR))
 
 from support import wt
 from support.checks import Checks
@@ -407,7 +402,7 @@ def extra_B01(rec: Recorded, rep: Replayed, chk: Checks) -> None:
     offs = [f.offset_ns / MS for f in frames]
     want = [400 + 250 * k for k in range(7)] + [1920]
     if chk.eq(len(offs), 8, "B01 stored frames"):
-        for k, (o, w) in enumerate(zip(offs, want)):
+        for k, (o, w) in enumerate(zip(offs, want, strict=True)):
             chk.check(abs(o - w - fwd_ms) <= TOL_NS / MS,
                       f"B01 stored frame {k} at {o:.0f} ms, expected ~{w} ms", timing=True)
     # replay as fast as possible: still one write per chunk, and said so
@@ -697,7 +692,7 @@ def test_B01_replay_with_recorded_pace(tmp_path: Path, cli: None) -> None:
 
 def _body_diff(a: bytes, b: bytes) -> tuple[int, int | None]:
     """(number of differing byte positions, first differing offset)."""
-    diffs = [i for i, (x, y) in enumerate(zip(a, b)) if x != y] + list(
+    diffs = [i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y] + list(
         range(min(len(a), len(b)), max(len(a), len(b))))
     return len(diffs), (diffs[0] if diffs else None)
 

@@ -17,10 +17,6 @@ from typing import Any
 
 import pytest
 
-TESTS_DIR = Path(__file__).resolve().parents[1]
-if str(TESTS_DIR) not in sys.path:
-    sys.path.insert(0, str(TESTS_DIR))
-
 from support import wt
 from support.checks import Checks
 from support.harness import CLIENTS_DIR, child_env, corpus_split, parse_observation

@@ -20,12 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from support.routed_upstream import RoutedUpstream, json_answer
 from wiretape.store.runfile import open_run
-
-CLIENTS = Path(__file__).resolve().parents[1] / "e2e" / "clients_modes"
-sys.path.insert(0, str(CLIENTS))
-
-from routed_upstream import RoutedUpstream, json_answer
 
 _SCRUB = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "HTTP_PROXY", "HTTPS_PROXY",
           "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "WIRETAPE_HOME")
@@ -103,8 +99,10 @@ class Conn:
     def reply(self, method: bytes = b"POST") -> Reply:
         head = self.read_until(b"\r\n\r\n")
         lines = head[:-4].split(b"\r\n")
-        _, status, reason = (lines[0].split(b" ", 2) + [b""])[:3]
-        headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(b":") for line in lines[1:])]
+        _, status, reason = [*lines[0].split(b" ", 2), b""][:3]
+        headers = [
+            (k.strip(), v.strip()) for k, _, v in (line.partition(b":") for line in lines[1:])
+        ]
         r = Reply(int(status), reason, headers)
         if r.status < 200 or r.status in (204, 304) or method == b"HEAD":
             return r
@@ -351,8 +349,11 @@ def test_body_over_max_body_gets_413(upstream, tmp_path):
             assert reply.status == 413
             assert "1000" in reply.json()["error"]["message"]
         with Conn(port, timeout=5) as conn:  # chunked, grows too large
-            conn.send(b"POST /v1/big-chunked HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
-                      + b"".join(b"190\r\n" + b"y" * 400 + b"\r\n" for _ in range(4)) + b"0\r\n\r\n")
+            conn.send(
+                b"POST /v1/big-chunked HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + b"".join(b"190\r\n" + b"y" * 400 + b"\r\n" for _ in range(4))
+                + b"0\r\n\r\n"
+            )
             assert conn.reply().status == 413
         with Conn(port, timeout=5) as conn:  # at the cap is fine
             conn.send(request("POST", "/v1/small", b"z" * 1000, [("Content-Type", "text/plain")]))
@@ -439,7 +440,8 @@ def test_expect_100_continue(serve_record, upstream):
 
 def test_twenty_concurrent_streams_recorded_and_exact_on_replay(upstream, tmp_path):
     run = tmp_path / "streams.wtape"
-    command = [sys.executable, str(CLIENTS / "concurrent_streams.py"), "20", "5", "60"]
+    client = Path(__file__).resolve().parents[1] / "e2e" / "clients_modes" / "concurrent_streams.py"
+    command = [sys.executable, str(client), "20", "5", "60"]
     done = subprocess.run([sys.executable, "-m", "wiretape", "record", "-o", str(run),
                            "--upstream", f"openai={upstream.url}/v1", "--", *command],
                           cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=60)
@@ -464,7 +466,12 @@ def test_twenty_concurrent_streams_recorded_and_exact_on_replay(upstream, tmp_pa
     out = done.stdout.splitlines()
     assert out[:20] == lines  # the same 20 streams, byte for byte
     verdict = json.loads("\n".join(out[20:]))
-    assert (verdict["recorded"], verdict["exact"], verdict["missing"], verdict["unused"]) == (20, 20, 0, 0)
+    assert (verdict["recorded"], verdict["exact"], verdict["missing"], verdict["unused"]) == (
+        20,
+        20,
+        0,
+        0,
+    )
     assert verdict["pass"] is True
 
 
@@ -586,7 +593,7 @@ def test_pace_recorded_keeps_gaps_pace_fast_does_not_wait(upstream, tmp_path):
     assert paced_reply.chunks == recorded.chunks
     assert len(paced) == 4
     # never early, and late only by a margin: the recorded gaps are reproduced
-    for got, want in zip(paced, offsets):
+    for got, want in zip(paced, offsets, strict=True):
         assert want - 0.03 <= got <= want + 0.35, (paced, offsets)
     assert paced[-1] - paced[0] >= (offsets[-1] - offsets[0]) * 0.8, (paced, offsets)
 

@@ -28,10 +28,10 @@ __all__ = [
     "client_cmd",
     "corpus_dir",
     "corpus_split",
+    "data_dir",
     "parse_observation",
     "raw_client_cmd",
     "run_direct",
-    "data_dir",
 ]
 
 CLIENTS_DIR = Path(__file__).resolve().parent / "clients"
@@ -210,7 +210,7 @@ def check_observation(spec: CaseSpec, obs: dict[str, Any]) -> list[str]:
         calls = obs.get("tool_calls") or []
         if len(calls) != len(exp["tool_calls"]):
             problems.append(f"{len(calls)} tool calls, expected {len(exp['tool_calls'])}: {calls}")
-        for got, want in zip(calls, exp["tool_calls"]):
+        for got, want in zip(calls, exp["tool_calls"], strict=False):
             for k, v in want.items():
                 if k == "id_prefix":
                     if not str(got.get("id") or "").startswith(v):

@@ -246,10 +246,7 @@ def _response_files(case: Path) -> list[tuple[Path | None, Path, Path | None]]:
 
 
 def _connection_close(headers) -> bool:
-    for k, v in headers:
-        if k.lower() == b"connection" and b"close" in v.lower():
-            return True
-    return False
+    return any(k.lower() == b"connection" and b"close" in v.lower() for k, v in headers)
 
 
 def _case_reply(name: str, req: Path | None, resp: Path, chunks_file: Path | None,
@@ -544,7 +541,7 @@ class RawUpstream:
             self._server = loop.run_until_complete(
                 asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=1 << 22))
             self.port = self._server.sockets[0].getsockname()[1]
-        except BaseException as e:  # noqa: BLE001 - re-raised by start()
+        except BaseException as e:
             self._startup_error = e
             loop.close()
             self._ready.set()
@@ -595,7 +592,7 @@ class RawUpstream:
             pass
         except asyncio.CancelledError:
             pass
-        except Exception as e:  # noqa: BLE001 - surfaced to tests via .errors
+        except Exception as e:
             self.errors.append(f"{type(e).__name__}: {e}")
         finally:
             self._tasks.discard(task)

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.raw_upstream import cases_dir
 
+from support.raw_upstream import cases_dir
 from wiretape.matching import DEFAULT_SEMANTIC_HEADERS, Explanation, SpanKind, ToolRef, explain
 from wiretape.matching.regions import EDIT_DISTANCE_CAP
 from wiretape.matching.spans import MAX_SPANS
@@ -723,7 +723,9 @@ def test_one_megabyte_bodies_differing_in_a_few_places(indent: int | None) -> No
         (f"/messages/{len(messages) - 1}/content", "other"),
     ]
     assert [s.bytes_differ for s in result.spans] == [1, 1, 5]
-    for span, message in zip(result.spans, (messages[100], messages[2001], messages[-1])):
+    for span, message in zip(
+        result.spans, (messages[100], messages[2001], messages[-1]), strict=True
+    ):
         assert live[span.offset :].startswith(
             json.dumps(message["content"], ensure_ascii=False).encode()
         )

@@ -30,7 +30,9 @@ def test_te_overrides_content_length() -> None:
 
 
 def test_no_length_means_close_delimited() -> None:
-    head = client_head(200, b"OK", ((b"Content-Type", b"text/plain"),), method=b"GET", keep_alive=True)
+    head = client_head(
+        200, b"OK", ((b"Content-Type", b"text/plain"),), method=b"GET", keep_alive=True
+    )
     assert head.framing is Framing.CLOSE and not head.keep_alive
     assert head.headers[-1] == (b"Connection", b"close")
 

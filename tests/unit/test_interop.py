@@ -18,28 +18,69 @@ from wiretape.inspect.vcr import import_vcr
 from wiretape.model import Ending, Exchange, Frame, Origin, Redaction, Request, Response, RunInfo
 from wiretape.store.runfile import RunFile
 
-INFO = RunInfo("run_0123456789ab", "0.1.0", ("python", "agent.py"), "/home/user/project", ("OPENAI_BASE_URL",),
-               (Origin("openai", "https://api.openai.com/v1", 8089, ("OPENAI_BASE_URL",)),),
-               started_at_ns=1_700_000_000_000_000_000, exit_status=0, stdout=b"42\n\xff",
-               stderr=b"tool add\n")
+INFO = RunInfo(
+    "run_0123456789ab",
+    "0.1.0",
+    ("python", "agent.py"),
+    "/home/user/project",
+    ("OPENAI_BASE_URL",),
+    (Origin("openai", "https://api.openai.com/v1", 8089, ("OPENAI_BASE_URL",)),),
+    started_at_ns=1_700_000_000_000_000_000,
+    exit_status=0,
+    stdout=b"42\n\xff",
+    stderr=b"tool add\n",
+)
 GZ = gzip.compress(b'{"choices":[]}', mtime=0)
 EXCHANGES = [
-    Exchange(0, 1, "openai", INFO.started_at_ns + 5_000_000,
-             Request(b"POST", b"/v1/chat/completions?x=1",
-                     ((b"Authorization", b"Bearer <redacted>"), (b"Content-Type", b"application/json")),
-                     b'{"model":"gpt-4o-mini","stream":true}'),
-             Response(200, b"OK", ((b"Content-Type", b"text/event-stream"),
-                                   (b"Transfer-Encoding", b"chunked")),
-                      (Frame(30_000_000, b"data: {}\n\n"), Frame(45_500_000, b"data: [DONE]\n\n"))),
-             Ending.COMPLETE, 30_000_000, 46_000_000),
-    Exchange(1, 1, "openai", INFO.started_at_ns + 90_000_000,
-             Request(b"POST", b"/v1/chat/completions", (), b"\x00\xffbinary"),
-             Response(200, b"", ((b"content-encoding", b"gzip"),
-                                 (b"content-length", str(len(GZ)).encode())), (Frame(7, GZ),)),
-             Ending.COMPLETE, 7, 9),
-    Exchange(2, 2, "openai", INFO.started_at_ns + 99_000_000,
-             Request(b"GET", b"/v1/models", (), b""), None, Ending.ORIGIN_UNREACHABLE, None, 3,
-             "connection refused"),
+    Exchange(
+        0,
+        1,
+        "openai",
+        INFO.started_at_ns + 5_000_000,
+        Request(
+            b"POST",
+            b"/v1/chat/completions?x=1",
+            ((b"Authorization", b"Bearer <redacted>"), (b"Content-Type", b"application/json")),
+            b'{"model":"gpt-4o-mini","stream":true}',
+        ),
+        Response(
+            200,
+            b"OK",
+            ((b"Content-Type", b"text/event-stream"), (b"Transfer-Encoding", b"chunked")),
+            (Frame(30_000_000, b"data: {}\n\n"), Frame(45_500_000, b"data: [DONE]\n\n")),
+        ),
+        Ending.COMPLETE,
+        30_000_000,
+        46_000_000,
+    ),
+    Exchange(
+        1,
+        1,
+        "openai",
+        INFO.started_at_ns + 90_000_000,
+        Request(b"POST", b"/v1/chat/completions", (), b"\x00\xffbinary"),
+        Response(
+            200,
+            b"",
+            ((b"content-encoding", b"gzip"), (b"content-length", str(len(GZ)).encode())),
+            (Frame(7, GZ),),
+        ),
+        Ending.COMPLETE,
+        7,
+        9,
+    ),
+    Exchange(
+        2,
+        2,
+        "openai",
+        INFO.started_at_ns + 99_000_000,
+        Request(b"GET", b"/v1/models", (), b""),
+        None,
+        Ending.ORIGIN_UNREACHABLE,
+        None,
+        3,
+        "connection refused",
+    ),
 ]
 FACTS = [(0, Redaction("request-header", "Authorization", "6a926bef"))]
 
@@ -78,7 +119,9 @@ def test_our_har_round_trips_exactly(tmp_path: Path) -> None:
 
 
 def test_a_browser_har_is_read_redacted_and_repaired(tmp_path: Path) -> None:
-    body = 'event: message_start\ndata: {"type":"message_start"}\n\nevent: message_stop\ndata: {}\n\n'
+    body = (
+        'event: message_start\ndata: {"type":"message_start"}\n\nevent: message_stop\ndata: {}\n\n'
+    )
     har = {"log": {"version": "1.2", "creator": {"name": "Chrome", "version": "1"}, "entries": [{
         "startedDateTime": "2025-01-02T03:04:05.678Z", "time": 250.5,
         "request": {"method": "POST", "url": "https://api.anthropic.com/v1/messages?beta=true#x",
@@ -102,14 +145,21 @@ def test_a_browser_har_is_read_redacted_and_repaired(tmp_path: Path) -> None:
         (ex,) = run.exchanges()
         info, facts = run.info(), run.redactions()
     assert ex.request.target == b"/v1/messages?beta=true"
-    assert ex.request.headers == ((b"x-api-key", b"<redacted>"), (b"content-type", b"application/json"))
+    assert ex.request.headers == (
+        (b"x-api-key", b"<redacted>"),
+        (b"content-type", b"application/json"),
+    )
     assert [f.name for _, f in facts] == ["x-api-key"]
     assert ex.response is not None and ex.response.body == body.encode()
     assert [f.data for f in ex.response.frames] == [
-        b'event: message_start\ndata: {"type":"message_start"}\n\n', b"event: message_stop\ndata: {}\n\n"]
+        b'event: message_start\ndata: {"type":"message_start"}\n\n',
+        b"event: message_stop\ndata: {}\n\n",
+    ]
     assert (ex.ttfb_ns, ex.duration_ns, ex.started_at_ns) == (100_500_000, 250_500_000,
                                                               1_735_787_045_678_000_000)
-    assert info.origins == (Origin("anthropic", "https://api.anthropic.com", 0, ("ANTHROPIC_BASE_URL",)),)
+    assert info.origins == (
+        Origin("anthropic", "https://api.anthropic.com", 0, ("ANTHROPIC_BASE_URL",)),
+    )
     assert json.loads(info.extra["import_notes"]) == list(done.notes)
 
 
@@ -165,7 +215,9 @@ version: 1
 
 
 def test_a_vcrpy_cassette_becomes_a_redacted_run(tmp_path: Path) -> None:
-    answer = b'{"object":"chat.completion","model":"llama","choices":[{"message":{"content":"hi"}}]}'
+    answer = (
+        b'{"object":"chat.completion","model":"llama","choices":[{"message":{"content":"hi"}}]}'
+    )
     source = tmp_path / "c.yaml"
     source.write_text(VCRPY.format(gz=base64.b64encode(gzip.compress(answer, mtime=0)).decode()))
     done = import_vcr(source, tmp_path / "r.wtape")

@@ -10,7 +10,13 @@ ANTHROPIC_KEY = b"sk-ant-api03-" + b"Z9y8X7w6" * 5
 
 
 def test_request_secrets_are_replaced_and_fingerprinted() -> None:
-    body = b'{"note":"' + OPENAI_KEY + b'","other":"' + ANTHROPIC_KEY + b'","task-12345678901234567890":1}'
+    body = (
+        b'{"note":"'
+        + OPENAI_KEY
+        + b'","other":"'
+        + ANTHROPIC_KEY
+        + b'","task-12345678901234567890":1}'
+    )
     request = Request(b"POST", b"/v1/x?key=GKEY&api_key=AKEY&keep=1",
                       ((b"Authorization", b"Bearer " + OPENAI_KEY), (b"x-api-key", b"xk"),
                        (b"Cookie", b"a=b"), (b"Content-Type", b"application/json")), body)
@@ -22,9 +28,14 @@ def test_request_secrets_are_replaced_and_fingerprinted() -> None:
     assert OPENAI_KEY not in redacted.body and ANTHROPIC_KEY not in redacted.body
     assert b"task-12345678901234567890" in redacted.body  # not a key shape: no false positive
     by_name = {(f.location, f.name): f.fingerprint for f in facts}
-    assert by_name[("request-header", "Authorization")] == hashlib.sha256(OPENAI_KEY).hexdigest()[:8]
+    assert (
+        by_name[("request-header", "Authorization")] == hashlib.sha256(OPENAI_KEY).hexdigest()[:8]
+    )
     assert by_name[("query", "key")] == hashlib.sha256(b"GKEY").hexdigest()[:8]
-    assert ("request-body", "anthropic-key") in by_name and ("request-body", "openai-key") in by_name
+    assert ("request-body", "anthropic-key") in by_name and (
+        "request-body",
+        "openai-key",
+    ) in by_name
 
 
 def test_redaction_is_idempotent_so_live_requests_compare_equal() -> None:
@@ -46,5 +57,7 @@ def test_response_set_cookie_and_body_keys_keep_frame_lengths() -> None:
 
 
 def test_encoded_response_bodies_are_left_alone() -> None:
-    response = Response(200, b"OK", ((b"Content-Encoding", b"gzip"),), (Frame(0, b"\x1f\x8b" + OPENAI_KEY),))
+    response = Response(
+        200, b"OK", ((b"Content-Encoding", b"gzip"),), (Frame(0, b"\x1f\x8b" + OPENAI_KEY),)
+    )
     assert redact_response(response)[0].body == response.body

@@ -13,12 +13,20 @@ from wiretape.model import Ending, Exchange, Frame, Origin, Request, Response, R
 from wiretape.store import schema
 from wiretape.store.runfile import RunFile, open_run
 
-INFO = RunInfo(run_id="run_0123456789ab", wiretape_version="t", argv=("a", "b"), cwd="/x",
-               env_names=("OPENAI_BASE_URL",), origins=(Origin("openai", "https://h/v1", 9, ("OPENAI_BASE_URL",)),),
-               started_at_ns=5)
+INFO = RunInfo(
+    run_id="run_0123456789ab",
+    wiretape_version="t",
+    argv=("a", "b"),
+    cwd="/x",
+    env_names=("OPENAI_BASE_URL",),
+    origins=(Origin("openai", "https://h/v1", 9, ("OPENAI_BASE_URL",)),),
+    started_at_ns=5,
+)
 
 
-def exchange(seq: int, body: bytes, frames: tuple[Frame, ...] = (Frame(10, b"a"), Frame(20, b"bc"))) -> Exchange:
+def exchange(
+    seq: int, body: bytes, frames: tuple[Frame, ...] = (Frame(10, b"a"), Frame(20, b"bc"))
+) -> Exchange:
     return Exchange(seq, 1, "openai", 100 + seq,
                     Request(b"POST", b"/v1/x", ((b"Content-Type", b"application/json"),), body),
                     Response(200, b"OK", ((b"X-A", b"1"), (b"x-a", b"2")), frames),
@@ -35,7 +43,12 @@ def test_round_trip(tmp_path: Path) -> None:
     assert not (tmp_path / "r.wtape-wal").exists()
     with open_run(tmp_path / "r.wtape") as again:
         info = again.info()
-        assert (info.argv, info.exit_status, info.stdout, info.origins) == (("a", "b"), 3, b"out", INFO.origins)
+        assert (info.argv, info.exit_status, info.stdout, info.origins) == (
+            ("a", "b"),
+            3,
+            b"out",
+            INFO.origins,
+        )
         first, second = again.exchanges()
     assert first == exchange(0, b"{}")
     assert second.response is None and second.ending is Ending.ORIGIN_UNREACHABLE
@@ -81,10 +94,20 @@ def test_every_migration_step_reaches_the_current_schema(tmp_path: Path) -> None
     assert schema.migrate(db, tmp_path / "m.db") == 0
     assert db.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert {"meta", "exchanges", "frames", "blobs", "redactions", "replays", "replay_requests"} <= tables
+    assert {
+        "meta",
+        "exchanges",
+        "frames",
+        "blobs",
+        "redactions",
+        "replays",
+        "replay_requests",
+    } <= tables
 
 
-@pytest.mark.parametrize("content", [b"", b"not a database at all", b"SQLite format 3\x00" + b"\xff" * 200])
+@pytest.mark.parametrize(
+    "content", [b"", b"not a database at all", b"SQLite format 3\x00" + b"\xff" * 200]
+)
 def test_damaged_files_give_a_clear_error(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "bad.wtape"
     path.write_bytes(content)
@@ -105,7 +128,9 @@ def test_a_version_1_file_migrates_to_the_current_schema(tmp_path: Path) -> None
     run.write_exchange(exchange(0, b"{}"))
     run.close(compact=True)
     db = sqlite3.connect(tmp_path / "v1.wtape")  # make it what version 1 wrote
-    db.executescript("DROP TABLE snapshots; DROP TABLE snapshot_entries; DROP TABLE outcome_changes;")
+    db.executescript(
+        "DROP TABLE snapshots; DROP TABLE snapshot_entries; DROP TABLE outcome_changes;"
+    )
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()

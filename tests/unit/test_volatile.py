@@ -76,7 +76,9 @@ def test_elements_are_described_per_provider_shape() -> None:
 
 def _request(messages: list[dict[str, object]]) -> Request:
     body = json.dumps({"model": "m", "messages": messages}).encode()
-    return Request(b"POST", b"/v1/chat/completions", ((b"content-type", b"application/json"),), body)
+    return Request(
+        b"POST", b"/v1/chat/completions", ((b"content-type", b"application/json"),), body
+    )
 
 
 def test_added_messages_are_named_in_the_first_line() -> None:
@@ -93,9 +95,11 @@ def test_added_messages_are_named_in_the_first_line() -> None:
 def test_only_clock_readings_of_the_runs_are_timestamps() -> None:
     since = 1_795_900_000.0  # 2026-11-28
     # Dates that are data, not clock readings: real differences.
-    for old, new in ((b'{"due": "2024-05-01"}', b'{"due": "2024-06-01"}'),
-                     (b'{"birthday": "1985-07-09T00:00:00"}', b'{"birthday": "1990-01-02T00:00:00"}'),
-                     (b'{"at": "2999-01-01T10:00:00"}', b'{"at": "2999-01-01T11:00:00"}')):
+    for old, new in (
+        (b'{"due": "2024-05-01"}', b'{"due": "2024-06-01"}'),
+        (b'{"birthday": "1985-07-09T00:00:00"}', b'{"birthday": "1990-01-02T00:00:00"}'),
+        (b'{"at": "2999-01-01T10:00:00"}', b'{"at": "2999-01-01T11:00:00"}'),
+    ):
         assert not compare_volatile(old, new, since=since).same, old
     # Readings taken around the runs (ISO, epoch ms, log format) are set aside.
     now = compare_volatile(b'{"t": "2026-11-29T09:00:00Z", "e": 1795950000000}',

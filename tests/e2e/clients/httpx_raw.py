@@ -26,19 +26,21 @@ def main() -> None:
     headers = {"authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', '')}"}
     frames: list[str] = []
     arrivals: list[float] = []
-    with httpx.Client(timeout=30, trust_env=False) as client:
-        with client.stream("POST", url, json=body, headers=headers) as response:
-            started = time.monotonic()
-            for piece in response.iter_raw():
-                arrivals.append(time.monotonic() - started)
-                frames.append(piece.decode("latin-1"))
-            observed = {
-                "client": "httpx",
-                "status": response.status_code,
-                "content_type": response.headers.get("content-type"),
-                "frames": frames,
-                "count": len(frames),
-            }
+    with (
+        httpx.Client(timeout=30, trust_env=False) as client,
+        client.stream("POST", url, json=body, headers=headers) as response,
+    ):
+        started = time.monotonic()
+        for piece in response.iter_raw():
+            arrivals.append(time.monotonic() - started)
+            frames.append(piece.decode("latin-1"))
+        observed = {
+            "client": "httpx",
+            "status": response.status_code,
+            "content_type": response.headers.get("content-type"),
+            "frames": frames,
+            "count": len(frames),
+        }
     if timing:
         observed["arrivals"] = arrivals
     print(json.dumps(observed, sort_keys=True))

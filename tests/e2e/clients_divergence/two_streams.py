@@ -10,7 +10,11 @@ import httpx
 
 
 async def one(client: httpx.AsyncClient, name: str, opened: asyncio.Event) -> str:
-    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": f"stream {name}"}]}
+    body = {
+        "model": "m",
+        "stream": True,
+        "messages": [{"role": "user", "content": f"stream {name}"}],
+    }
     text = []
     async with client.stream("POST", os.environ["OPENAI_BASE_URL"] + "/chat/completions",
                              content=json.dumps(body).encode(),

@@ -116,7 +116,7 @@ def timing_transport(mod: Any, timing: Timing, *, exact_body: bytes | None = Non
                     self._queue.put(("data", chunk))
                     if self._closed:
                         break
-            except BaseException as e:  # noqa: BLE001 - re-raised in the consumer, in order
+            except BaseException as e:
                 self._attempt["raw_error"] = f"{type(e).__name__}: {e}"
                 final = ("error", e)
             self._attempt["raw_sha256"] = digest.hexdigest()

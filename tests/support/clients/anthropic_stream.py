@@ -53,7 +53,7 @@ def main() -> None:
         ]
         obs["stop_reason"] = final.stop_reason
         obs["usage"] = jsonable(final.usage)
-    except Exception as e:  # noqa: BLE001 - the observation reports any failure
+    except Exception as e:
         exc = e
     obs["text"] = "".join(text)
     obs["exception"] = exception_info(exc)

@@ -52,7 +52,7 @@ def main() -> None:
         ]
         obs["stop_reason"] = choice.finish_reason
         obs["usage"] = jsonable(resp.usage)
-    except Exception as e:  # noqa: BLE001 - the observation reports any failure
+    except Exception as e:
         exc = e
     obs["exception"] = exception_info(exc)
     obs["statuses"] = [a.get("status") for a in timing.attempts]

@@ -60,7 +60,7 @@ def main() -> None:
                             c["arguments"] += tc.function.arguments
                 if choice.finish_reason:
                     finish = choice.finish_reason
-    except Exception as e:  # noqa: BLE001 - the observation reports any failure
+    except Exception as e:
         exc = e
     emit({
         "client": "openai_chat_stream",

@@ -50,7 +50,7 @@ def main() -> None:
         ]
         obs["stop_reason"] = final.status
         obs["usage"] = jsonable(final.usage)
-    except Exception as e:  # noqa: BLE001 - the observation reports any failure
+    except Exception as e:
         exc = e
     obs["exception"] = exception_info(exc)
     emit(obs, timing, args.timing_file)

@@ -84,7 +84,7 @@ def main() -> None:
         obs["n_events"] = 1
         obs["text"] = resp.text
         obs["usage"] = jsonable(getattr(resp, "usage", None))
-    except Exception as e:  # noqa: BLE001 - the observation reports any failure
+    except Exception as e:
         exc = e
     obs["exception"] = exception_info(exc)
     emit(obs, timing, args.timing_file)

@@ -82,7 +82,7 @@ def main() -> None:
                 obs["body_len"] += len(frame)
         finally:
             resp.close()
-    except Exception as e:  # noqa: BLE001 - the observation reports any failure
+    except Exception as e:
         exc = e
     obs["body_sha256"] = h.hexdigest()
     obs["frames_sha256"] = frame_h.hexdigest()
