@@ -14,7 +14,7 @@ $(BIN)/python:
 
 $(BASE): pyproject.toml | $(BIN)/python
 	@$(MAKE) --no-print-directory system
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[demo]'
 	touch $(BASE)
 
 $(TOOLS): pyproject.toml $(BASE)

@@ -37,6 +37,11 @@ def run_demo(keep_dir: Path | None, say: Callable[[str], None]) -> int:
         ))
     for line in render.record_summary(recorded):
         say(line)
+    if recorded.exit_status != 0 or recorded.exchanges == 0:
+        # A demo whose agent never ran would replay "the same" failure and pass.
+        say(f"wiretape demo: the example agent failed (exit status {recorded.exit_status}, "
+            f"{recorded.exchanges} exchanges): {agent_error(recorded.path)}")
+        return 1
     say(f"wiretape demo: the agent answered: {recorded_answer(recorded.path)}")
     say("wiretape demo: 2/3 fake provider stopped; replaying with no provider at all")
     verdict = asyncio.run(replay(recorded.path, argv, ReplaySettings(),
@@ -55,3 +60,15 @@ def recorded_answer(path: Path) -> str:
 
     with RunFile.open(path) as run:
         return run.info().stdout.decode("utf-8", "replace").strip()
+
+
+def agent_error(path: Path) -> str:
+    """The last line the example agent wrote to stderr, or a hint when none."""
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(path) as run:
+        lines = run.info().stderr.decode("utf-8", "replace").strip().splitlines()
+    if not lines:
+        return "it wrote nothing to stderr"
+    hint = " (the demo needs its extra: pip install 'wiretape[demo]')" if "No module named" in lines[-1] else ""
+    return lines[-1] + hint
