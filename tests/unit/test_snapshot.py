@@ -78,3 +78,28 @@ def test_restore_never_writes_through_a_link(tmp_path: Path) -> None:
     with pytest.raises(RunFileError):
         restore(entries, tmp_path / "box", source=tmp_path / "r.wtape")
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("link", ["/etc/passwd", "../../outside", "../d/../../x", "../..", ""])
+def test_restore_refuses_links_leading_out_of_the_tree(tmp_path: Path, link: str) -> None:
+    with pytest.raises(RunFileError, match="link that leads outside its tree"):
+        restore([Entry("d/link", "symlink", 0o777, link=link)], tmp_path / "box",
+                source=tmp_path / "r.wtape")
+    assert not (tmp_path / "box" / "d" / "link").is_symlink()
+
+
+def test_restore_keeps_links_inside_the_tree(tmp_path: Path) -> None:
+    entries = [Entry("d/f.txt", "file", 0o644, b"x"), Entry("d/up", "symlink", 0o777, link="../top"),
+               Entry("d/same", "symlink", 0o777, link="./f.txt")]
+    restore(entries, tmp_path / "box", source=tmp_path / "r.wtape")
+    assert os.readlink(tmp_path / "box" / "d" / "up") == "../top"
+    assert (tmp_path / "box" / "d" / "same").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize(("mode", "applied"), [(0o4755, 0o755), (0o2750, 0o750), (0o1777, 0o777),
+                                               ((1 << 40) | 0o640, 0o640)])
+def test_restore_applies_permission_bits_only(tmp_path: Path, mode: int, applied: int) -> None:
+    restore([Entry("f", "file", mode, b"x"), Entry("d", "dir", mode)], tmp_path / "box",
+            source=tmp_path / "r.wtape")
+    assert (tmp_path / "box" / "f").stat().st_mode & 0o7777 == applied
+    assert (tmp_path / "box" / "d").stat().st_mode & 0o7777 == applied | 0o700

@@ -12,6 +12,7 @@ nothing of proxies.
 from __future__ import annotations
 
 import os
+import posixpath
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wiretape.errors import RunFileError
 from wiretape.matching.volatile import VolatileComparison, compare_volatile
 from wiretape.playback.decide import Substitution
 from wiretape.snapshot.restore import restore
@@ -54,10 +56,12 @@ class Sandbox:
         """Restore every snapshot into a new temporary directory. A tree
         under ``home`` keeps its place under a sandbox home. Raises
         RunFileError for unsafe entries (the directory is removed)."""
+        home_path = _recorded_root(home, source, "home directory") if home else None
+        for _, original, _ in snapshots:
+            _recorded_root(original, source, "snapshot root")
         root = Path(tempfile.mkdtemp(prefix="wiretape-sandbox-"))
         box = cls(root)
         try:
-            home_path = Path(home) if home else None
             for index, (snapshot_id, original, entries) in enumerate(snapshots):
                 orig = Path(original)
                 if home_path is not None and _is_under(orig, home_path):
@@ -122,6 +126,17 @@ class Sandbox:
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _recorded_root(value: str, source: Path, what: str) -> Path:
+    """A path the run file names as a tree's original place: it must be
+    absolute and normalised (no ``..``, ``.`` or doubled ``/``), so that where
+    it is restored is decided by the sandbox alone. Raises RunFileError."""
+    if (not value.startswith("/") or "\x00" in value
+            or posixpath.normpath(value) != value):
+        raise RunFileError(source, f"it names an unsafe {what} {value!r} (not an absolute, "
+                                   "normalised path): it is not a run wiretape wrote")
+    return Path(value)
 
 
 def _is_under(path: Path, parent: Path) -> bool:
