@@ -89,7 +89,8 @@ def test_restore_refuses_links_leading_out_of_the_tree(tmp_path: Path, link: str
 
 
 def test_restore_keeps_links_inside_the_tree(tmp_path: Path) -> None:
-    entries = [Entry("d/f.txt", "file", 0o644, b"x"), Entry("d/up", "symlink", 0o777, link="../top"),
+    entries = [Entry("d/f.txt", "file", 0o644, b"x"),
+               Entry("d/up", "symlink", 0o777, link="../top"),
                Entry("d/same", "symlink", 0o777, link="./f.txt")]
     restore(entries, tmp_path / "box", source=tmp_path / "r.wtape")
     assert os.readlink(tmp_path / "box" / "d" / "up") == "../top"

@@ -12,8 +12,8 @@ files.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 import posixpath
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from wiretape.errors import RunFileError
