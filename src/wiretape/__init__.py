@@ -83,7 +83,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> typing.Any:
+def __getattr__(name: str) -> typing.Any:  # PEP 562: each name has its own type
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'wiretape' has no attribute {name!r}")

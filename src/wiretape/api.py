@@ -27,6 +27,9 @@ from wiretape.playback.verdict import Verdict
 from wiretape.proxy.http1 import DEFAULT_MAX_BODY
 
 if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+    from wiretape.launch.intercept import InterceptionArguments
     from wiretape.launch.replay import ReplaySettings
 
 __all__ = [
@@ -84,7 +87,7 @@ class _Keep(io.BytesIO):
         super().__init__()
         self._forward = forward
 
-    def write(self, data: Any) -> int:
+    def write(self, data: ReadableBuffer) -> int:
         if self._forward is not None:
             self._forward.write(data)
             self._forward.flush()
@@ -224,7 +227,7 @@ def record(
 
 
 def _intercept_arguments(intercept: bool | Sequence[str], upstream_ca: str | os.PathLike[str] | None,
-                         resolve: Mapping[str, str] | None) -> dict[str, Any]:
+                         resolve: Mapping[str, str] | None) -> InterceptionArguments:
     from wiretape.launch.intercept import interception_settings
 
     if isinstance(intercept, str):

@@ -163,7 +163,7 @@ class _AttachedProxy(Generic[T]):
         self._until = asyncio.Event()
         self._task = loop.create_task(self._serve(self._until, on_listening),
                                       name=f"wiretape-{self._what}")
-        waiting: set[asyncio.Future[Any]] = {listening, self._task}
+        waiting: set[asyncio.Future[Any]] = {listening, self._task}  # results of two types
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if self._origins is None:
             listening.cancel()

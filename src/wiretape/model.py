@@ -1,15 +1,21 @@
 """Values that cross between the parts of wiretape: requests, responses,
-frames, exchanges, origins and run metadata.
+frames, exchanges, origins and run metadata, and the JSON shapes a run file
+stores and gives back (run metadata, the connect report, replay settings,
+replay rows with their divergence explanations, and the outcome).
 
-Everything here is a frozen dataclass of bytes, ints and strings. Nothing
-here knows about sockets, SQLite or the CLI. Header names and values are
-kept as raw bytes in the order and case they crossed the wire.
+The values are frozen dataclasses of bytes, ints and strings; the JSON
+shapes are TypedDicts (the producers build them, the store writes and reads
+them, everyone else reads them). Nothing here knows about sockets, SQLite or
+the CLI. Header names and values are kept as raw bytes in the order and case
+they crossed the wire.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal, NotRequired, TypeAlias, TypedDict, cast
 
 Header = tuple[bytes, bytes]
 Headers = tuple[Header, ...]
@@ -157,3 +163,289 @@ class RunInfo:
     extra: dict[str, str] = field(default_factory=dict)
     #: hosts whose TLS was intercepted (``--intercept``); empty otherwise
     intercept: tuple[str, ...] = ()
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+
+#: A JSON value as :func:`json.loads` returns it (arbitrary JSON, such as a
+#: provider's body, whose shape is checked where it is read).
+JSONValue: TypeAlias = "bool | int | float | str | list[JSONValue] | dict[str, JSONValue] | None"
+
+#: ``[where, recorded, replayed]``: a value that differs between a recording
+#: and a replay (``where`` is ``line N`` and/or a JSON pointer).
+Difference: TypeAlias = list[str]
+
+
+# --- run metadata (the ``meta`` table: one JSON value per key) ----------------------------------
+
+
+class TunnelJSON(TypedDict):
+    """A host:port tunnelled untouched while recording (``--intercept``)."""
+
+    host: str
+    port: int
+    connections: int
+    bytes_up: int
+    bytes_down: int
+    error: str | None
+
+
+class ConnectReportJSON(TypedDict):
+    """What the forward proxy saw (``--intercept``): requests intercepted by
+    host, clients that rejected the run's CA (host to what happened),
+    tunnels, and CONNECTs refused during a replay (``host:port`` to count)."""
+
+    intercepted: dict[str, int]
+    rejected: dict[str, str]
+    tunnels: list[TunnelJSON]
+    refused: dict[str, int]
+
+
+class RunMeta(TypedDict, total=False):
+    """The ``meta`` table of a run file, key to JSON value (RunInfo is read
+    out of it). Written in parts: at the start, as the run goes, at its end."""
+
+    run_id: str
+    wiretape_version: str
+    argv: list[str]
+    cwd: str
+    env_names: list[str]
+    started_at_ns: int
+    mode: str  # record, serve or import
+    extra: dict[str, str]
+    ended_at_ns: int
+    exit_status: int | None
+    stdout: str  # latin-1
+    stderr: str  # latin-1
+    intercept: list[str]
+    connect: ConnectReportJSON
+
+
+# --- replays -------------------------------------------------------------------------------------
+
+#: How a replay request was matched (playback.decide.Kind).
+ReplayKind: TypeAlias = Literal["exact", "substituted", "diverged", "missing"]
+#: How a replay was run (playback.decide.Mode).
+ReplayMode: TypeAlias = Literal["strict", "diagnostic"]
+#: How the sandbox was shown to the agent: at the original paths, with paths
+#: mapped, or no sandbox (no snapshot).
+SandboxPaths: TypeAlias = Literal["same-paths", "mapped", "none"]
+
+
+class ReplaySettingsJSON(TypedDict):
+    """The ``settings`` a replay was run with, stored when it starts.
+    ``substitutions`` are ``[OLD, NEW]`` pairs; ``ports`` origin to port."""
+
+    pace: Literal["fast", "recorded"]
+    argv: list[str]
+    cwd: str
+    allow_substitutions: bool
+    substitutions: list[list[str]]
+    sandbox: str | None
+    paths: SandboxPaths
+    ports: dict[str, int]
+
+
+class ToolRefJSON(TypedDict):
+    """matching.report.ToolRef: the tool call whose result a span lies in."""
+
+    call_id: str
+    name: str | None
+    pointer: str
+
+
+class SpanJSON(TypedDict):
+    """matching.report.Span: one differing place in a request body."""
+
+    pointer: str | None
+    offset: int
+    recorded: str
+    live: str
+    recorded_context: str
+    live_context: str
+    kind: str  # a matching.kinds.SpanKind value
+    bytes_differ: int
+    tool: ToolRefJSON | None
+    change: Literal["changed", "added", "removed"]
+    element: str | None
+
+
+class HeaderDiffJSON(TypedDict):
+    """matching.report.HeaderDiff: a header whose values differ."""
+
+    name: str
+    recorded: list[str]
+    live: list[str]
+    semantic: bool
+
+
+class ExplanationJSON(TypedDict):
+    """matching.report.Explanation: how a live request differs from a
+    recorded one. ``*_differs`` are ``[recorded, live]`` or None."""
+
+    bytes_differ: int
+    edit_distance: int | None
+    edit_distance_capped: bool
+    spans: list[SpanJSON]
+    spans_omitted: int
+    kind_summary: list[str]
+    target_differs: list[str] | None
+    method_differs: list[str] | None
+    header_differences: list[HeaderDiffJSON]
+    first_line: str
+
+
+class RequestDetail(TypedDict):
+    """What decided a replay request's kind: the fields that differ, the
+    informational headers that differ, the body's differing bytes, the
+    substitutions that fired (``[OLD, NEW, times]``), and for a diverged or
+    substituted request the explanation of the difference."""
+
+    fields: list[str]
+    header_notes: list[str]
+    body_bytes_differ: int
+    first_body_offset: int | None
+    substitutions: list[list[str | int]]
+    explanation: NotRequired[ExplanationJSON]
+
+
+class ReplayRow(TypedDict):
+    """One live request of a replay and how it was answered, written as it
+    is decided (``index`` counts from 0; ``seq`` is the recorded exchange it
+    consumed, None for missing). Read back, it has ``decided_at_ns``."""
+
+    index: int
+    kind: ReplayKind
+    seq: int | None
+    served: bool
+    method: str  # latin-1
+    target: str  # latin-1
+    decided_at_ns: NotRequired[int]
+    detail: RequestDetail
+
+
+# --- the outcome of a replay ----------------------------------------------------------------------
+
+
+class Facet(TypedDict):
+    """What every part of an outcome has: ``same`` (None: not compared)."""
+
+    same: bool | None
+
+
+class ExitStatusFacet(Facet):
+    recorded: int | None
+    replayed: int | None
+
+
+class StdoutFacet(Facet):
+    """``volatile`` names the timestamps and timings set aside (``2
+    timestamps``); ``real`` lists the first real differences; ``diff`` is a
+    unified diff, cut short."""
+
+    recorded_bytes: int
+    replayed_bytes: int
+    volatile: str
+    real: list[Difference]
+    diff: str
+
+
+class FileSides(TypedDict):
+    """A path and each side's change to it (``modified (12 bytes)``,
+    ``unchanged``)."""
+
+    path: str
+    recorded: str
+    replayed: str
+
+
+class FileDifference(FileSides):
+    """A file the replay changed differently; ``real`` is there when both
+    sides' bytes were known; the diffs are each side's, cut short."""
+
+    real: NotRequired[list[Difference]]
+    recorded_diff: str
+    replayed_diff: str
+
+
+class FileVolatile(FileSides):
+    """A file whose bytes differ only in timestamps and timings: what
+    differed (``values``), how many, and the first few."""
+
+    values: str
+    count: int
+    examples: list[Difference]
+
+
+class FilesFacet(Facet):
+    """Either not compared (``note`` says why), or compared: how many paths
+    the replay changed, and the first differing and volatile files with
+    their counts."""
+
+    note: NotRequired[str]
+    changed: NotRequired[int]
+    differing: NotRequired[list[FileDifference]]
+    differing_count: NotRequired[int]
+    volatile: NotRequired[list[FileVolatile]]
+    volatile_count: NotRequired[int]
+
+
+class IsolationFacet(Facet):
+    """What was and was not isolated, in words, and the host names the
+    agent looked up (``--offline``)."""
+
+    said: list[str]
+    dns_queries: list[str]
+
+
+class SandboxFacet(Facet):
+    paths: SandboxPaths
+    notes: Sequence[str]
+    kept: str | None
+
+
+class InterceptFacet(Facet, ConnectReportJSON):
+    """What the forward proxy saw during an intercepting replay."""
+
+
+class StoppedFacet(Facet):
+    reason: str
+
+
+class Outcome(TypedDict, total=False):
+    """What a replay left behind compared with the recording, one facet per
+    part; ``exit_status``, ``stdout`` and ``files`` decide whether the
+    outcome is the same. Empty when no command ran."""
+
+    exit_status: ExitStatusFacet
+    stdout: StdoutFacet
+    files: FilesFacet
+    isolation: IsolationFacet
+    sandbox: SandboxFacet
+    intercept: InterceptFacet
+    stopped: StoppedFacet
+
+
+#: The facets whose sameness is the outcome's.
+COMPARED_FACETS = ("exit_status", "stdout", "files")
+
+
+def facets(outcome: Outcome) -> list[tuple[str, Facet]]:
+    """Each facet of ``outcome`` with its name, in stored order."""
+    # Every member of an Outcome is a Facet; a TypedDict's items() is typed
+    # (str, object) only.
+    return [(name, cast(Facet, facet)) for name, facet in outcome.items()]
+
+
+class ReplayRecord(TypedDict):
+    """A replay as the run file keeps it: its id, start and end (None: it
+    did not finish), mode, settings, the agent's exit status and the outcome
+    (None until it finished)."""
+
+    id: str
+    started_at_ns: int
+    ended_at_ns: int | None
+    mode: ReplayMode
+    settings: ReplaySettingsJSON
+    exit_status: int | None
+    outcome: Outcome | None

@@ -6,6 +6,8 @@ are not JSON, and large bodies."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import enum
 import gzip
 import json
 import random
@@ -643,6 +645,30 @@ def test_to_json_is_json_safe() -> None:
         "name": "read_file",
         "pointer": "/messages/3",
     }
+
+
+def _fields_in_order(value: object) -> object:
+    """Every dataclass field in declaration order, tuples as lists and enums
+    as their values: what the stored JSON of an explanation holds."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _fields_in_order(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_fields_in_order(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("live", [
+    request(TABLE[1][1]),
+    request(headers=(*JSON, (b"User-Agent", b"b"), (b"anthropic-version", b"2024"))),
+    request(method=b"POST", target=b"/v1/chat/completions?stream=true"),
+    request({**BASE, "messages": [*BASE["messages"], {"role": "user", "content": "more"}]}),
+])
+def test_to_json_holds_every_field_in_order(live: Request) -> None:
+    result = explain(request(), live)
+    expected = _fields_in_order(result)
+    assert json.dumps(result.to_json()) == json.dumps(expected)
 
 
 def test_default_semantic_headers_agree_with_the_decision() -> None:

@@ -3,11 +3,21 @@ timeline's offsets and rows, and terminal progress, on hand-made views."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
 
 import pytest
 
-from wiretape.inspect.formats import ExchangeView, Message, RequestView, ResponseView, ToolCall
+from wiretape.inspect.formats import (
+    ExchangeView,
+    Message,
+    RequestView,
+    ResponseView,
+    ToolCall,
+    Usage,
+    WireError,
+)
 from wiretape.inspect.ledger import build_ledger
 from wiretape.inspect.progress import Progress
 from wiretape.inspect.timeline import run_start, timeline
@@ -125,3 +135,35 @@ def test_progress_is_silent_off_a_terminal(stream: io.StringIO | None) -> None:
     progress.close()
     assert not progress.active
     assert stream is None or stream.getvalue() == ""
+
+
+def _as_asdict_gave_it(value: object) -> object:
+    """What ``dataclasses.asdict`` gave for the JSON form: every field in
+    declaration order, nested dataclasses as dicts."""
+    assert dataclasses.is_dataclass(value) and not isinstance(value, type)
+    return json.loads(json.dumps(dataclasses.asdict(value)))
+
+
+def test_json_forms_hold_every_field_in_order() -> None:
+    call = ToolCall("c1", "read_file", '{"path":"x"}')
+    response = ResponseView("openai-chat", True, "m", "hi", "", (call,), "stop",
+                            Usage(3, 4, None, 1), (WireError("bad", "t", True),), 5,
+                            (("ping", 2),), None, None, ("a note",))
+    expected = _as_asdict_gave_it(response)
+    assert isinstance(expected, dict)
+    expected["unknown_events"] = [{"name": "ping", "count": 2}]
+    expected["usage"]["total"] = 7
+    assert json.dumps(response.to_json()) == json.dumps(expected)
+    request = RequestView("openai-chat", "m", True, "sys",
+                          (Message("assistant", "x", (call,)), Message("tool", "17", (), "c1")),
+                          ("read_file",), None, ("n",))
+    assert json.dumps(request.to_json()) == json.dumps(_as_asdict_gave_it(request))
+    exchange = Exchange(0, 1, "openai", 10, Request(b"POST", b"/v1/x", (), b"{}"),
+                        Response(200, b"OK", (), (Frame(5, b"{}"),)), Ending.COMPLETE, 5, 9)
+    row = timeline(RunInfo("r", "0", (), "/", (), (), 10), [exchange],
+                   [(0, ExchangeView(request, response))])[0]
+    assert json.dumps(row.to_json()) == json.dumps(_as_asdict_gave_it(row))
+    entry = build_ledger([(0, view(calls=(call,)))]).entries[0]
+    expected_entry = _as_asdict_gave_it(entry)
+    assert isinstance(expected_entry, dict)
+    assert json.dumps(entry.to_json()) == json.dumps({**expected_entry, "status": "pending"})

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from wiretape.errors import RunFileError, UsageError
+from wiretape.launch.sandbox import files_facet
 from wiretape.snapshot.restore import restore
-from wiretape.snapshot.tree import Entry, compare, walk
+from wiretape.snapshot.tree import ChangeJSON, ChangeKind, Entry, compare, walk
 
 
 def tree(root: Path) -> dict[str, Entry]:
@@ -104,3 +105,25 @@ def test_restore_applies_permission_bits_only(tmp_path: Path, mode: int, applied
             source=tmp_path / "r.wtape")
     assert (tmp_path / "box" / "f").stat().st_mode & 0o7777 == applied
     assert (tmp_path / "box" / "d").stat().st_mode & 0o7777 == applied | 0o700
+
+
+def test_files_facet_lists_each_difference_in_stored_member_order() -> None:
+    def change(path: str, kind: ChangeKind, after: str | None, diff: str) -> ChangeJSON:
+        return {"path": path, "change": kind, "before_hash": "b", "after_hash": after,
+                "before_size": 1, "after_size": 2 if after else None, "binary": False,
+                "diff": diff}
+
+    recorded = {1: [change("a.txt", "modified", "h1", "-x\n+y\n"),
+                    change("b.txt", "modified", "h2", "")]}
+    replayed = {1: [change("a.txt", "modified", "h3", "-x\n+z\n"),
+                    change("b.txt", "deleted", None, "")]}
+    contents = {"h1": b"y\n", "h3": b"z\n"}
+    facet = files_facet(recorded, replayed, lambda _s, _p, h: contents.get(h or ""),
+                        lambda _s, _p, h: contents.get(h or ""))
+    assert facet["same"] is False and facet["differing_count"] == 2
+    known, deleted = facet["differing"]
+    assert list(known) == ["path", "recorded", "replayed", "real", "recorded_diff",
+                           "replayed_diff"]
+    assert known["recorded"] == "modified (2 bytes)" and known["replayed_diff"] == "-x\n+z\n"
+    assert list(deleted) == ["path", "recorded", "replayed", "recorded_diff", "replayed_diff"]
+    assert deleted["replayed"] == "deleted"

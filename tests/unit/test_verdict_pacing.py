@@ -47,3 +47,25 @@ def test_pacing_fast_never_waits_and_recorded_keeps_offsets() -> None:
     assert schedule(5_000, [10, 20], Pace.FAST) == (0, (0, 0))
     assert schedule(5_000, [6_000, 4_000, 9_000], Pace.RECORDED) == (5_000, (6_000, 6_000, 9_000))
     assert schedule(1_000, [2_000], Pace.RECORDED, scale=0.5) == (500, (1_000,))
+
+
+def test_json_form_lists_the_fields_then_the_derived_numbers() -> None:
+    v = compute(run_id="r", replay_id="p", mode="strict", complete=True, recorded_seqs=[0, 1],
+                rows=[{"index": 0, "kind": "exact", "seq": 0, "served": True, "method": "POST",
+                       "target": "/v1/chat/completions", "decided_at_ns": 5,
+                       "detail": {"fields": [], "header_notes": [], "body_bytes_differ": 0,
+                                  "first_body_offset": None, "substitutions": []}}],
+                outcome={"exit_status": {"same": True, "recorded": 0, "replayed": 0}},
+                describe={1: {"method": "POST", "target": "/v1/chat/completions",
+                              "summary": "model m"}})
+    data = v.to_json()
+    assert list(data) == [
+        "run_id", "replay_id", "mode", "complete", "recorded", "exact", "substituted",
+        "diverged", "missing", "unused", "unused_seqs", "allow_substitutions", "outcome",
+        "requests", "unused_exchanges", "reused", "exchanges_pass", "outcome_same", "exit_code",
+        "pass"]
+    assert data["unused_seqs"] == [1] and data["requests"] == [dict(v.requests[0])]
+    assert data["unused_exchanges"] == [{"seq": 1, "method": "POST",
+                                         "target": "/v1/chat/completions", "summary": "model m"}]
+    assert data["outcome"] == {"exit_status": {"same": True, "recorded": 0, "replayed": 0}}
+    assert (data["reused"], data["exit_code"], data["pass"]) == (1, 3, False)

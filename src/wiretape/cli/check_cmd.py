@@ -18,6 +18,7 @@ import click
 
 from wiretape.cli import render
 from wiretape.errors import UsageError
+from wiretape.model import facets
 from wiretape.suite.discover import SUFFIX, find_runs
 from wiretape.suite.runner import (
     DEFAULT_TIMEOUT_S,
@@ -41,7 +42,7 @@ def outcome_text(result: CheckResult) -> str:
     """``same``, ``differs: stdout, …``, or ``-`` when nothing was compared."""
     if result.verdict is None:
         return "-"
-    compared = {name: facet for name, facet in result.verdict.outcome.items()
+    compared = {name: facet for name, facet in facets(result.verdict.outcome)
                 if isinstance(facet, dict) and facet.get("same") is not None}
     differs = [name for name, facet in compared.items() if facet.get("same") is False]
     if differs:

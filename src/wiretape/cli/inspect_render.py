@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import click
 
@@ -129,13 +129,24 @@ def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
     return lines
 
 
-def frames_json(exchange: Exchange) -> list[dict[str, Any]]:
-    out = []
+class FrameJSON(TypedDict):
+    """A frame in ``show --exchange N --frames --json``: its bytes as
+    ``text`` when UTF-8, else as ``base64``."""
+
+    offset_ns: int
+    size: int
+    text: NotRequired[str]
+    base64: NotRequired[str]
+
+
+def frames_json(exchange: Exchange) -> list[FrameJSON]:
+    out: list[FrameJSON] = []
     for f in exchange.response.frames if exchange.response else ():
+        frame: FrameJSON = {"offset_ns": f.offset_ns, "size": len(f.data)}
         try:
-            body: dict[str, str] = {"text": f.data.decode("utf-8")}
+            frame["text"] = f.data.decode("utf-8")
         except UnicodeDecodeError:
-            body = {"base64": base64.b64encode(f.data).decode("ascii")}
-        out.append({"offset_ns": f.offset_ns, "size": len(f.data), **body})
+            frame["base64"] = base64.b64encode(f.data).decode("ascii")
+        out.append(frame)
     return out
 

@@ -12,7 +12,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -20,6 +20,7 @@ from wiretape import __version__
 from wiretape.cli import render
 from wiretape.errors import UsageError, WiretapeError
 from wiretape.launch.origins import parse_pairs
+from wiretape.model import Origin
 from wiretape.playback.decide import Mode, Substitution
 from wiretape.playback.pacing import Pace
 from wiretape.playback.verdict import EXIT_USAGE
@@ -28,7 +29,12 @@ from wiretape.snapshot.tree import DEFAULT_MAX_BYTES as DEFAULT_SNAPSHOT_MAX
 from wiretape.store.locate import resolve_run, runs_dir
 from wiretape.store.runfile import RunFile
 
+if TYPE_CHECKING:
+    from wiretape.launch.intercept import InterceptionArguments
+
 T = TypeVar("T")
+#: A function being made a click command.
+C = TypeVar("C", bound=Callable[..., object])
 
 
 def _say(line: str) -> None:
@@ -63,7 +69,7 @@ def _substitutions(values: Sequence[str]) -> tuple[Substitution, ...]:
 
 
 class _Group(click.Group):
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> Any:  # click's own signature: what the command returns
         try:
             return super().invoke(ctx)
         except WiretapeError as exc:
@@ -82,7 +88,7 @@ def cli() -> None:
     """
 
 
-def _intercept_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def _intercept_options(command: C) -> C:
     """The TLS interception options of record and serve --record."""
     for option in reversed((
         click.option("--intercept", is_flag=True,
@@ -102,7 +108,8 @@ def _intercept_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _intercept_arguments(intercept: bool, hosts: tuple[str, ...], upstream_ca: Path | None,
-                         resolve: tuple[str, ...], upstreams: tuple[str, ...]) -> dict[str, Any]:
+                         resolve: tuple[str, ...], upstreams: tuple[str, ...]
+                         ) -> InterceptionArguments:
     from wiretape.launch.intercept import interception_settings
 
     if hosts and not intercept:
@@ -262,7 +269,7 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
         raise UsageError("give exactly one of --record or --replay RUN")
     stop = asyncio.Event()
 
-    def announce(origins: Sequence[Any]) -> None:
+    def announce(origins: Sequence[Origin]) -> None:
         from wiretape.launch.origins import proxy_url
 
         for o in origins:
@@ -303,7 +310,7 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
     with RunFile.open(run_path) as rf:
         recorded_ports = {o.name: o.port for o in rf.info().origins}
 
-    def announce_replay(origins: Sequence[Any]) -> None:
+    def announce_replay(origins: Sequence[Origin]) -> None:
         for o in origins:
             if recorded_ports.get(o.name) and recorded_ports[o.name] != o.port:
                 _say(f"wiretape: warning: {o.name}'s recorded port {recorded_ports[o.name]} is "
@@ -317,7 +324,7 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
     def collect_exports(variables: dict[str, str]) -> None:
         exported.extend(f"export {name}={value}" for name, value in variables.items())
 
-    def announce_all(origins: Sequence[Any]) -> None:
+    def announce_all(origins: Sequence[Origin]) -> None:
         # An intercepted run is served as an HTTPS proxy: the agent needs
         # these variables, not base URLs.
         for line in exported:

@@ -6,13 +6,23 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from wiretape.launch.record import RecordResult
-from wiretape.model import RunInfo
+from wiretape.model import (
+    COMPARED_FACETS,
+    ConnectReportJSON,
+    ExplanationJSON,
+    Facet,
+    RunInfo,
+    facets,
+)
 from wiretape.playback.verdict import Verdict
+
+if TYPE_CHECKING:
+    from wiretape.inspect.diff import RunDiff
 
 
 def human_bytes(n: int) -> str:
@@ -64,7 +74,7 @@ def record_summary(result: RecordResult) -> list[str]:
     return lines
 
 
-def connect_lines(report: Mapping[str, Any]) -> list[str]:
+def connect_lines(report: ConnectReportJSON) -> list[str]:
     """What the forward proxy saw (``--intercept``), one line per fact."""
     lines = [f"wiretape: {why}" for why in report.get("rejected", {}).values()]
     for t in report.get("tunnels", []):
@@ -82,7 +92,7 @@ def verdict_line(v: Verdict) -> str:
     status = "PASS" if v.passed else "FAIL"
     outcome = ", ".join(
         f"{name} {_facet_word(facet)}"
-        for name, facet in v.outcome.items() if name in ("exit_status", "stdout", "files")
+        for name, facet in facets(v.outcome) if name in COMPARED_FACETS
     ) or "not compared"
     extra = "" if v.complete else " [replay did not finish]"
     stopped = v.outcome.get("stopped", {}).get("reason") if v.outcome else None
@@ -94,16 +104,18 @@ def verdict_line(v: Verdict) -> str:
     )
 
 
-def _facet_word(facet: Mapping[str, Any]) -> str:
+def _facet_word(facet: Facet) -> str:
     same = facet.get("same")
     if same is None:
         return "not compared"
     if not same:
         return "differs"
-    if facet.get("volatile_count"):
-        return f"same up to timestamps and timings in {facet['volatile_count']} file(s)"
-    if isinstance(facet.get("volatile"), str) and facet["volatile"]:
-        return f"same up to {facet['volatile']}"
+    # What was set aside: files (volatile_count) or stdout (volatile, a text).
+    members: Mapping[str, object] = facet
+    if members.get("volatile_count"):
+        return f"same up to timestamps and timings in {members['volatile_count']} file(s)"
+    if isinstance(members.get("volatile"), str) and members["volatile"]:
+        return f"same up to {members['volatile']}"
     return "same"
 
 
@@ -116,7 +128,7 @@ def _clip(text: str, n: int = 100) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def explanation_lines(explanation: Mapping[str, Any]) -> list[str]:
+def explanation_lines(explanation: ExplanationJSON) -> list[str]:
     """The body of one divergence block: first the most useful line, then
     the numbers, each span with its place, kind and text, then headers."""
     lines = [click.style("  " + explanation.get("first_line", ""), bold=True)]
@@ -135,8 +147,9 @@ def explanation_lines(explanation: Mapping[str, Any]) -> list[str]:
         about = f", result of {tool.get('name') or '?'} ({tool.get('call_id')})" if tool else ""
         lines.append(f"  at {where} (offset {span.get('offset')}, {span.get('kind')}, "
                      f"{span.get('bytes_differ')} bytes{about}):")
-        if span.get("element"):
-            lines.append(f"    {span.get('change')}: " + click.style(_clip(span["element"]), fg="yellow"))
+        element = span.get("element")
+        if element:
+            lines.append(f"    {span.get('change')}: " + click.style(_clip(element), fg="yellow"))
             continue
         lines.append("    recorded: " + click.style(_clip(span.get("recorded_context", "")), fg="green"))
         lines.append("    live:     " + click.style(_clip(span.get("live_context", "")), fg="red"))
@@ -179,12 +192,12 @@ def verdict_details(v: Verdict) -> list[str]:
                 lines.extend("    " + line for line in d[label].splitlines()[:12])
     if files.get("differing_count", 0) > len(files.get("differing", [])):
         lines.append(f"  ... and {files['differing_count'] - len(files['differing'])} more files")
-    for d in files.get("volatile", []):
-        lines.append(f"file {d['path']}: same up to {d['values']}")
-        for where, rec, rep in d.get("examples", [])[:3]:
+    for vol in files.get("volatile", []):
+        lines.append(f"file {vol['path']}: same up to {vol['values']}")
+        for where, rec, rep in vol.get("examples", [])[:3]:
             lines.append(f"  at {where}: {_clip(rec, 40)} -> {_clip(rep, 40)}")
-        if d.get("count", 0) > 3:
-            lines.append(f"  ... and {d['count'] - 3} more such values")
+        if vol.get("count", 0) > 3:
+            lines.append(f"  ... and {vol['count'] - 3} more such values")
     stdout = v.outcome.get("stdout", {}) if v.outcome else {}
     if stdout.get("same") is False and stdout.get("diff"):
         lines.append(click.style("stdout differs:", fg="yellow", bold=True))
@@ -197,7 +210,9 @@ def verdict_details(v: Verdict) -> list[str]:
     isolation = v.outcome.get("isolation", {}) if v.outcome else {}
     if isolation.get("said"):
         lines.append("wiretape: isolation: " + "; ".join(isolation["said"]))
-    lines.extend(connect_lines(v.outcome.get("intercept", {}) if v.outcome else {}))
+    intercept = v.outcome.get("intercept")
+    if intercept is not None:
+        lines.extend(connect_lines(intercept))
     if isolation.get("dns_queries"):
         lines.append("wiretape: the agent tried to reach: " + ", ".join(isolation["dns_queries"]))
     if sandbox.get("kept"):
@@ -234,7 +249,7 @@ def run_heading(info: RunInfo, path: str) -> list[str]:
             f"  origins: {origins}"]
 
 
-def diff_lines(result: Any, name_a: str, name_b: str) -> list[str]:
+def diff_lines(result: RunDiff, name_a: str, name_b: str) -> list[str]:
     """A run diff for a person: one block per differing pair, then a summary."""
     lines = []
     for pair in result.pairs:

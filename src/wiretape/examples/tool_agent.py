@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 from openai import OpenAI
 from openai.types.chat import (
@@ -58,7 +58,7 @@ class AgentGaveUp(Exception):
 # --- tools -------------------------------------------------------------------------------
 
 
-def read_file(arguments: Mapping[str, Any], workspace: Path) -> str:
+def read_file(arguments: Mapping[str, object], workspace: Path) -> str:
     """The text of ``arguments["path"]``, resolved against ``workspace`` and kept inside it."""
     given = str(arguments.get("path", ""))
     root = workspace.resolve()
@@ -73,7 +73,7 @@ def read_file(arguments: Mapping[str, Any], workspace: Path) -> str:
         return f"error: {given!r} is not a readable text file"
 
 
-def add(arguments: Mapping[str, Any], workspace: Path) -> str:
+def add(arguments: Mapping[str, object], workspace: Path) -> str:
     """``a + b`` as JSON (``42``, ``4.5``); an error when either is not a number."""
     a, b = arguments.get("a"), arguments.get("b")
     if not (_is_number(a) and _is_number(b)):
@@ -91,8 +91,8 @@ class Tool:
 
     name: str
     description: str
-    parameters: Mapping[str, Any]
-    run: Callable[[Mapping[str, Any], Path], str]
+    parameters: Mapping[str, object]
+    run: Callable[[Mapping[str, object], Path], str]
 
     def schema(self) -> ChatCompletionToolParam:
         return {

@@ -7,11 +7,42 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from wiretape.inspect.summary import request_summary
 from wiretape.matching import Explanation, explain
-from wiretape.model import Exchange
+from wiretape.model import Exchange, ExplanationJSON
+
+
+class ExchangeRefJSON(TypedDict):
+    """An exchange named in ``diff --json``: seq, method, target, summary."""
+
+    seq: int
+    method: str
+    target: str
+    summary: str
+
+
+class PairJSON(TypedDict):
+    a: ExchangeRefJSON
+    b: ExchangeRefJSON
+    same: bool
+    explanation: ExplanationJSON | None
+
+
+class DiffSummaryJSON(TypedDict):
+    pairs: int
+    same: int
+    differ: int
+    only_a: int
+    only_b: int
+
+
+class RunDiffJSON(TypedDict):
+    pairs: list[PairJSON]
+    only_a: list[ExchangeRefJSON]
+    only_b: list[ExchangeRefJSON]
+    summary: DiffSummaryJSON
 
 
 @dataclass(frozen=True)
@@ -35,8 +66,8 @@ class RunDiff:
     def differ(self) -> int:
         return len(self.pairs) - self.same
 
-    def to_json(self) -> dict[str, Any]:
-        def ref(e: Exchange) -> dict[str, Any]:
+    def to_json(self) -> RunDiffJSON:
+        def ref(e: Exchange) -> ExchangeRefJSON:
             return {"seq": e.seq, "method": e.request.method.decode("latin-1"),
                     "target": e.request.target.decode("latin-1"),
                     "summary": request_summary(e.request)}

@@ -24,7 +24,7 @@ import datetime as dt
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from wiretape import __version__
 from wiretape.errors import UsageError
@@ -45,6 +45,28 @@ from wiretape.model import (
 from wiretape.proxy.upstream import parse_upstream
 
 _NO_TIMING = {"blocked": -1, "dns": -1, "connect": -1, "ssl": -1}
+
+#: An object of a HAR file being imported: untrusted JSON (Any), its
+#: members checked where they are read; a member of the wrong type raises
+#: TypeError, ValueError or KeyError, which import_har reports as a file it
+#: cannot read.
+_Untrusted = dict[str, Any]
+
+
+class HarLogJSON(TypedDict):
+    """The ``log`` of an exported HAR: HAR 1.2's members (an entry is a
+    JSON object, see ``_entry``), and ``_wiretape``, the run's metadata."""
+
+    version: str
+    creator: dict[str, str]
+    pages: list[object]
+    entries: list[dict[str, object]]
+    comment: str
+    _wiretape: dict[str, object]
+
+
+class HarJSON(TypedDict):
+    log: HarLogJSON
 
 
 def _iso(ns: int) -> str:
@@ -71,14 +93,14 @@ def _ms(ns: int | None) -> float:
     return round((ns or 0) / 1e6, 3)
 
 
-def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> dict[str, Any]:
+def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> dict[str, object]:
     req, resp = e.request, e.response
     target = req.target.decode("latin-1")
     query = target.split("?", 1)[1] if "?" in target else ""
     post = {"mimeType": _mime(req.headers), **_body(req.body)}
     if "encoding" in post:  # HAR 1.2 postData has no encoding field; ours is marked
         post["_encoding"] = post.pop("encoding")
-    entry: dict[str, Any] = {
+    entry: dict[str, object] = {
         "startedDateTime": _iso(e.started_at_ns),
         "time": _ms(e.duration_ns),
         "request": {
@@ -112,7 +134,7 @@ def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> d
                              "_error": e.error or e.ending.value}
         return entry
     decoded = decoded_body(resp)
-    content: dict[str, Any] = {"size": len(decoded) if decoded is not None else len(resp.body),
+    content: dict[str, object] = {"size": len(decoded) if decoded is not None else len(resp.body),
                                "mimeType": _mime(resp.headers), **_body(resp.body)}
     if decoded is not None and len(decoded) != len(resp.body):
         content["compression"] = len(decoded) - len(resp.body)
@@ -128,7 +150,7 @@ def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> d
 
 def export_har(info: RunInfo, exchanges: Iterator[Exchange],
                redactions: Sequence[tuple[int | None, Redaction]],
-               advance: Callable[[], None] = lambda: None) -> dict[str, Any]:
+               advance: Callable[[], None] = lambda: None) -> HarJSON:
     """The run as a HAR 1.2 log (a JSON value)."""
     bases = {o.name: parse_upstream(o.upstream)[0] for o in info.origins}
     by_seq: dict[int | None, list[Redaction]] = {}
@@ -161,7 +183,7 @@ class _Bad(Exception):
     pass
 
 
-def _obj(value: object, what: str) -> dict[str, Any]:
+def _obj(value: object, what: str) -> _Untrusted:
     if not isinstance(value, dict):
         raise _Bad(f"{what} is not an object")
     return value
@@ -202,24 +224,24 @@ def _started(value: object) -> int:
     return interop.epoch_ns(moment)
 
 
-def _exchange(n: int, entry: dict[str, Any], origins: dict[str, Origin],
+def _exchange(n: int, entry: _Untrusted, origins: dict[str, Origin],
               notes: list[str]) -> tuple[Exchange, list[Redaction]]:
     ours = entry.get("_wiretape") if isinstance(entry.get("_wiretape"), dict) else None
     req = _obj(entry.get("request"), f"entry {n}'s request")
     resp = _obj(entry.get("response"), f"entry {n}'s response")
     base, _, target = interop.split_url(str(req.get("url", "")))
-    post: dict[str, Any] = req["postData"] if isinstance(req.get("postData"), dict) else {}
+    post: _Untrusted = req["postData"] if isinstance(req.get("postData"), dict) else {}
     request = Request(
         str(req.get("method", "GET")).encode("latin-1"),
         (ours["target"] if ours else target).encode("latin-1"), _pairs(req.get("headers")),
         _text(post.get("text"), post.get("_encoding", post.get("encoding"))),
         (ours or {}).get("request_http_version", "1.1").encode("latin-1"))
-    timings: dict[str, Any] = entry["timings"] if isinstance(entry.get("timings"), dict) else {}
+    timings: _Untrusted = entry["timings"] if isinstance(entry.get("timings"), dict) else {}
     duration = ours["duration_ns"] if ours else _ns(entry.get("time"))
     ttfb = ours["ttfb_ns"] if ours else _ns(timings.get("send", 0)) + _ns(timings.get("wait"))
     response = None
     if (ours["response"] if ours else resp.get("status", 0)):
-        content: dict[str, Any] = resp["content"] if isinstance(resp.get("content"), dict) else {}
+        content: _Untrusted = resp["content"] if isinstance(resp.get("content"), dict) else {}
         body = _text(content.get("text"), content.get("encoding"))
         version = str(resp.get("httpVersion") or "HTTP/1.1").removeprefix("HTTP/")
         response = Response(int(resp.get("status", 0)), str(resp.get("statusText", "")).encode(
@@ -252,8 +274,8 @@ def _exchange(n: int, entry: dict[str, Any], origins: dict[str, Origin],
                     ttfb if response else None, duration), []
 
 
-def _info(log: dict[str, Any], origins: dict[str, Origin], source: str,
-          entries: list[dict[str, Any]]) -> RunInfo:
+def _info(log: _Untrusted, origins: dict[str, Origin], source: str,
+          entries: list[_Untrusted]) -> RunInfo:
     meta = log.get("_wiretape")
     if not isinstance(meta, dict):
         starts = [t for t in (_started(e.get("startedDateTime")) for e in entries) if t]

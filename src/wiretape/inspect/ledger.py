@@ -16,12 +16,38 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal, TypedDict
 
 from wiretape.inspect.formats import ExchangeView
 
 _EXCERPT = 160
+
+
+class LedgerEntryJSON(TypedDict):
+    """A LedgerEntry in ``show --json``: each field, then its status."""
+
+    call_id: str
+    name: str
+    arguments: str
+    issued_in: int
+    answered_in: int | None
+    result: str | None
+    kind: str
+    status: Literal["pending", "completed"]
+
+
+class UnmatchedResultJSON(TypedDict):
+    seq: int
+    call_id: str
+    name: str | None
+
+
+class LedgerJSON(TypedDict):
+    calls: list[LedgerEntryJSON]
+    completed: int
+    pending: int
+    unmatched_results: list[UnmatchedResultJSON]
 
 
 @dataclass(frozen=True)
@@ -39,11 +65,13 @@ class LedgerEntry:
     kind: str = "function"
 
     @property
-    def status(self) -> str:
+    def status(self) -> Literal["pending", "completed"]:
         return "pending" if self.answered_in is None else "completed"
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "status": self.status}
+    def to_json(self) -> LedgerEntryJSON:
+        return {"call_id": self.call_id, "name": self.name, "arguments": self.arguments,
+                "issued_in": self.issued_in, "answered_in": self.answered_in,
+                "result": self.result, "kind": self.kind, "status": self.status}
 
 
 @dataclass(frozen=True)
@@ -61,7 +89,7 @@ class Ledger:
     def pending(self) -> tuple[LedgerEntry, ...]:
         return tuple(e for e in self.entries if e.answered_in is None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LedgerJSON:
         return {"calls": [e.to_json() for e in self.entries],
                 "completed": len(self.completed), "pending": len(self.pending),
                 "unmatched_results": [{"seq": s, "call_id": c, "name": n}

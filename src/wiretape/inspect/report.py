@@ -17,13 +17,12 @@ import html
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from string import Template
-from typing import Any
 
 from wiretape import __version__
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
 from wiretape.inspect.timeline import TimelineRow
-from wiretape.model import RunInfo
+from wiretape.model import COMPARED_FACETS, ReplayRow, RunInfo, facets
 from wiretape.playback.verdict import Verdict
 
 #: Characters of a request message shown before the rest folds away.
@@ -188,7 +187,7 @@ def conversation(rows: Sequence[TimelineRow], views: Mapping[int, ExchangeView])
     return "\n".join(out) or '<p class="muted">No exchange was recorded.</p>'
 
 
-def _divergence(row: Mapping[str, Any]) -> str:
+def _divergence(row: ReplayRow) -> str:
     kind = str(row.get("kind"))
     detail = row.get("detail") or {}
     where = f"recorded #{row['seq']}" if row.get("seq") is not None else "no recorded counterpart"
@@ -196,12 +195,12 @@ def _divergence(row: Mapping[str, Any]) -> str:
             f'{_e(kind)}</span> request {_e(row.get("index"))} {_e(row.get("method"))} '
             f'{_e(row.get("target"))} <span class="muted">({_e(where)}, '
             f'{"served" if row.get("served") else "rejected"})</span></h4>')]
-    explanation = detail.get("explanation") or {}
+    explanation = detail.get("explanation")
     if explanation:
         out.append(f"<div><b>{_e(explanation.get('first_line', ''))}</b> "
                    f'<span class="muted">{_e(explanation.get("bytes_differ", 0))} bytes differ, '
                    f"edit distance {_e(explanation.get('edit_distance'))}</span></div>")
-    for span in explanation.get("spans", []):
+    for span in explanation.get("spans", []) if explanation else []:
         tool = span.get("tool")
         about = f", result of {tool.get('name') or '?'} ({tool.get('call_id')})" if tool else ""
         out.append(f'<div class="muted">at {_e(span.get("pointer") or "byte " + str(span.get("offset")))}'
@@ -213,7 +212,7 @@ def _divergence(row: Mapping[str, Any]) -> str:
     for old, new, count in detail.get("substitutions", []):
         out.append(f"<div>substitution <code>{_e(old)}</code> → <code>{_e(new)}</code> fired "
                    f"{_e(count)} time(s)</div>")
-    for diff in explanation.get("header_differences", []):
+    for diff in explanation.get("header_differences", []) if explanation else []:
         out.append(f'<div class="muted">header {_e(diff.get("name"))}: {_e(diff.get("recorded"))} '
                    f"→ {_e(diff.get('live'))}</div>")
     return "".join(out) + "</div>"
@@ -226,8 +225,8 @@ def replays(verdicts: Sequence[Verdict]) -> str:
     for v in verdicts:
         status = "PASS" if v.passed else "FAIL"
         outcome = ", ".join(f"{k} {'same' if f.get('same') else 'not compared' if f.get('same') is None else 'differs'}"
-                            for k, f in v.outcome.items() if isinstance(f, Mapping) and k in
-                            ("exit_status", "stdout", "files"))
+                            for k, f in facets(v.outcome) if isinstance(f, Mapping) and k in
+                            COMPARED_FACETS)
         counts = "".join(f"<td data-{k}=\"{getattr(v, k)}\">{getattr(v, k)}</td>" for k in
                          ("recorded", "exact", "substituted", "diverged", "missing", "unused"))
         out.append(

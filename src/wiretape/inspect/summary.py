@@ -9,14 +9,13 @@ with content blocks) and Gemini (``contents`` with ``parts``).
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from wiretape.model import Request
+from wiretape.model import JSONValue, Request
 
 _WORDS = 8
 
 
-def _text_of(content: Any) -> str:
+def _text_of(content: object) -> str:
     """The readable text of a message's content, whatever its shape."""
     if isinstance(content, str):
         return content
@@ -33,7 +32,7 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _last_message(body: dict[str, Any]) -> tuple[str, str] | None:
+def _last_message(body: dict[str, JSONValue]) -> tuple[str, str] | None:
     for key in ("messages", "input", "contents"):
         items = body.get(key)
         if isinstance(items, str):

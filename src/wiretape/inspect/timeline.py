@@ -10,13 +10,39 @@ the CLI, HTML or run files.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from wiretape.inspect.formats import ExchangeView
 from wiretape.model import Exchange, RunInfo, header_value
 
 _EXCERPT = 80
+
+
+class TimelineRowJSON(TypedDict):
+    """A TimelineRow in ``show --json``: each field under its name."""
+
+    seq: int
+    method: str
+    target: str
+    origin: str
+    status: int | None
+    offset_ns: int
+    ttfb_ns: int | None
+    duration_ns: int
+    frames: int
+    bytes: int
+    streamed: bool
+    ending: str
+    format: str
+    model: str | None
+    stop_reason: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    total_tokens: int | None
+    excerpt: str
+    tool_calls: list[str]
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -43,10 +69,17 @@ class TimelineRow:
     tool_calls: tuple[str, ...]
     error: str | None
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["tool_calls"] = list(self.tool_calls)
-        return data
+    def to_json(self) -> TimelineRowJSON:
+        return {
+            "seq": self.seq, "method": self.method, "target": self.target,
+            "origin": self.origin, "status": self.status, "offset_ns": self.offset_ns,
+            "ttfb_ns": self.ttfb_ns, "duration_ns": self.duration_ns, "frames": self.frames,
+            "bytes": self.bytes, "streamed": self.streamed, "ending": self.ending,
+            "format": self.format, "model": self.model, "stop_reason": self.stop_reason,
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens, "excerpt": self.excerpt,
+            "tool_calls": list(self.tool_calls), "error": self.error,
+        }
 
 
 def excerpt(text: str, n: int = _EXCERPT) -> str:

@@ -28,6 +28,11 @@ from wiretape.errors import UsageError
 from wiretape.inspect import interop
 from wiretape.model import Ending, Exchange, Headers, Redaction, Request, Response
 
+#: An object of a cassette: untrusted YAML (Any), its members checked where
+#: they are read; a member of the wrong type raises TypeError or ValueError,
+#: which import_vcr reports as a cassette it cannot read.
+_Untrusted = dict[str, Any]
+
 
 class CassetteLoader(yaml.SafeLoader):
     """SafeLoader, plus three tags that hold only plain data."""
@@ -38,7 +43,7 @@ def _as_str(loader: yaml.SafeLoader, node: yaml.Node) -> str:
     return str(loader.construct_scalar(node))
 
 
-def _as_list(loader: yaml.SafeLoader, node: yaml.Node) -> list[Any]:
+def _as_list(loader: yaml.SafeLoader, node: yaml.Node) -> list[object]:
     assert isinstance(node, yaml.SequenceNode)
     return list(loader.construct_sequence(node))
 
@@ -95,7 +100,7 @@ def _recorded_at(value: object) -> int:
         return 0
 
 
-def _interactions(data: object) -> list[dict[str, Any]]:
+def _interactions(data: object) -> list[_Untrusted]:
     if isinstance(data, dict):
         found = data.get("interactions", data.get("http_interactions"))
         if isinstance(found, list) and all(isinstance(i, dict) for i in found):
@@ -131,7 +136,7 @@ def import_vcr(source: Path, out: Path | None,
                               _body(req.get("body"), f"interaction {n} request", notes))
             response = None
             if isinstance(resp, dict):
-                status: dict[str, Any] = resp["status"] if isinstance(resp.get("status"), dict) else {}
+                status: _Untrusted = resp["status"] if isinstance(resp.get("status"), dict) else {}
                 body = _body(resp.get("body"), f"interaction {n} response", notes)
                 response = Response(int(status.get("code", 200)),
                                     str(status.get("message") or "").encode("latin-1", "replace"),

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -158,7 +158,7 @@ def _take_terminal_back(fd: int) -> None:
 
 
 @contextlib.contextmanager
-def _ignoring(sig: int):  # type: ignore[no-untyped-def]
+def _ignoring(sig: int) -> Iterator[None]:
     """While inside, ``sig`` is ignored (tcsetpgrp from a background group
     sends SIGTTOU, man 3 tcsetpgrp)."""
     old = signal.signal(sig, signal.SIG_IGN)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 from wiretape.errors import UsageError
@@ -46,8 +46,15 @@ class InterceptSettings:
     extra_hosts: tuple[str, ...] = ()
 
 
+class InterceptionArguments(TypedDict):
+    """The ``intercept`` and ``upstream_options`` arguments of a recording."""
+
+    intercept: InterceptSettings | None
+    upstream_options: UpstreamOptions
+
+
 def interception_settings(hosts: Sequence[str] | None, upstream_ca: str | os.PathLike[str] | None,
-                          resolve: Sequence[str]) -> dict[str, Any]:
+                          resolve: Sequence[str]) -> InterceptionArguments:
     """The ``intercept`` and ``upstream_options`` arguments of a recording:
     ``hosts`` None (no interception) or the extra hosts to intercept;
     ``resolve``: ``HOST=IP:PORT`` strings. Raises UsageError for a missing

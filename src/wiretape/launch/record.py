@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -31,7 +31,7 @@ from wiretape.launch.intercept import (
     proxy_environment,
 )
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY, plain_error
+from wiretape.proxy.http1 import DEFAULT_MAX_BODY, ErrorBody, Handler, plain_error
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
@@ -59,7 +59,7 @@ class RecordResult:
     connect: ConnectReport | None = None
 
 
-def _origin_error_body(path: bytes) -> Callable[[int, str, str], tuple]:  # type: ignore[type-arg]
+def _origin_error_body(path: bytes) -> ErrorBody:
     return lambda status, code, message: error_response(path, status, code, message)
 
 
@@ -72,7 +72,7 @@ async def bind_origins(
     for p in planned:
         _, _, base = parse_upstream(p.upstream)
 
-        def handler_for(conn_id: int, p: PlannedOrigin = p):  # type: ignore[no-untyped-def]
+        def handler_for(conn_id: int, p: PlannedOrigin = p) -> Handler:
             return recorder_ref[0].handler(p.name, p.upstream, conn_id)
 
         port = await listeners.listen(p.port, handler_for, _origin_error_body(base.encode()))
@@ -266,7 +266,7 @@ def take_snapshots(roots: Sequence[Path], *, exclude: frozenset[Path],
 
 
 @contextlib.contextmanager
-def _forward_signals(child: Child):  # type: ignore[no-untyped-def]
+def _forward_signals(child: Child) -> Iterator[None]:
     """While the child runs, SIGINT/SIGTERM to wiretape go to its group."""
     loop = asyncio.get_running_loop()
     installed = []

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from wiretape.errors import PortInUse, UsageError
@@ -28,10 +28,10 @@ from wiretape.launch.intercept import (
     proxy_environment,
 )
 from wiretape.launch.record import _forward_signals, _store_paths, forward_proxy_port
-from wiretape.model import Origin, RunInfo
+from wiretape.model import IsolationFacet, Origin, Outcome, ReplayRow, RunInfo, SandboxPaths
 from wiretape.playback.decide import Mode, Policy, Substitution
 from wiretape.playback.pacing import Pace
-from wiretape.playback.verdict import Verdict, compute
+from wiretape.playback.verdict import ExchangeSummary, Verdict, compute
 from wiretape.proxy.connect import ConnectProxy
 from wiretape.proxy.http1 import DEFAULT_MAX_BODY, plain_error
 from wiretape.proxy.replay import Replayer
@@ -59,7 +59,7 @@ class ReplaySettings:
 
 
 def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: int | None,
-               stdout: bytes, since: float | None = None) -> dict[str, Any]:
+               stdout: bytes, since: float | None = None) -> Outcome:
     """The outcome part of a verdict: each facet same, differs, or not compared (None)."""
     if exit_status is None:
         return {}
@@ -117,7 +117,7 @@ def verdict_of(run: RunFile, replay_id: str | None = None) -> Verdict | None:
     rows = run.replay_requests(chosen["id"])
     exchanges = run.exchanges()
     seqs = [e.seq for e in exchanges]
-    describe = {
+    describe: dict[int, ExchangeSummary] = {
         e.seq: {"method": e.request.method.decode("latin-1"),
                 "target": e.request.target.decode("latin-1"),
                 "summary": request_summary(e.request)}
@@ -204,7 +204,7 @@ class LaunchPlan:
 
     argv: list[str]
     cwd: str
-    mode: str
+    mode: SandboxPaths
     substitutions: tuple[Substitution, ...] = ()
     notes: tuple[str, ...] = ()
     sandbox: Sandbox | None = None
@@ -247,7 +247,7 @@ def plan_launch(sandbox: Sandbox | None, settings: ReplaySettings, argv: Sequenc
 
 
 def isolation_facet(plan: LaunchPlan, settings: ReplaySettings,
-                    dns: Sequence[str]) -> dict[str, Any]:
+                    dns: Sequence[str]) -> IsolationFacet:
     """What was and was not isolated, said plainly."""
     said = [f"files: {'sandbox at the original paths' if plan.mode == 'same-paths' else 'sandbox, paths mapped' if plan.mode == 'mapped' else 'not isolated (no snapshot)'}",
             "network: " + ("only loopback (--offline)" if settings.offline else
@@ -266,7 +266,7 @@ async def replay(
     echo_stderr: BinaryIO | None = None,
     on_listening: Callable[[list[Origin]], None] | None = None,
     on_environment: Callable[[dict[str, str]], None] | None = None,
-    on_decision: Callable[[dict[str, Any]], None] | None = None,
+    on_decision: Callable[[ReplayRow], None] | None = None,
     until: asyncio.Event | None = None,
     cwd: str | None = None,
 ) -> Verdict:

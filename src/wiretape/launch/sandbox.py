@@ -18,13 +18,13 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from wiretape.errors import RunFileError
 from wiretape.matching.volatile import VolatileComparison, compare_volatile
+from wiretape.model import FileDifference, FilesFacet, FileSides, FileVolatile
 from wiretape.playback.decide import Substitution
 from wiretape.snapshot.restore import restore
-from wiretape.snapshot.tree import Entry, compare, walk
+from wiretape.snapshot.tree import ChangeJSON, ChangeKind, Entry, compare, walk
 
 MAPPING_WARNING = (
     "wiretape: paths are mapped into the sandbox, not shown at their original places: an "
@@ -110,7 +110,7 @@ class Sandbox:
             env["PWD"] = self.map_path(env["PWD"])
         return env
 
-    def changes(self) -> dict[int, list[dict[str, Any]]]:
+    def changes(self) -> dict[int, list[ChangeJSON]]:
         """What the agent changed in each copy, as Change.to_json rows."""
         out = {}
         for c in self.copies:
@@ -150,11 +150,11 @@ def _is_under(path: Path, parent: Path) -> bool:
 Content = Callable[[int, str, str | None], "bytes | None"]
 
 
-def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
-                replayed: Mapping[int, list[dict[str, Any]]],
+def files_facet(recorded: Mapping[int, list[ChangeJSON]],
+                replayed: Mapping[int, list[ChangeJSON]],
                 recorded_content: Content | None = None,
                 replayed_content: Content | None = None, *,
-                since: float | None = None) -> dict[str, Any]:
+                since: float | None = None) -> FilesFacet:
     """The outcome's files part: same when both runs changed the same paths
     the same way. A file both runs added or modified whose bytes differ
     only in timestamps and timings (:mod:`wiretape.matching.volatile`)
@@ -163,10 +163,11 @@ def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
     side's bytes (None when not kept: then the bytes must be equal). Else
     the differing paths, each with both sides' change and diff, cut short,
     and the first real differences when both sides' bytes are known."""
-    def key(rows: list[dict[str, Any]]) -> dict[str, tuple[str, str | None]]:
+    def key(rows: list[ChangeJSON]) -> dict[str, tuple[ChangeKind, str | None]]:
         return {r["path"]: (r["change"], r["after_hash"]) for r in rows}
 
-    differing, volatile = [], []
+    differing: list[FileDifference] = []
+    volatile: list[FileVolatile] = []
     for sid in sorted(set(recorded) | set(replayed)):
         rec, rep = key(recorded.get(sid, [])), key(replayed.get(sid, []))
         by_path_rec = {r["path"]: r for r in recorded.get(sid, [])}
@@ -174,9 +175,9 @@ def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
         for path in sorted(set(rec) | set(rep)):
             if rec.get(path) == rep.get(path):
                 continue
-            row: dict[str, Any] = {"path": path,
-                   "recorded": _describe(by_path_rec.get(path)),
-                   "replayed": _describe(by_path_rep.get(path))}
+            row: FileSides = {"path": path,
+                              "recorded": _describe(by_path_rec.get(path)),
+                              "replayed": _describe(by_path_rep.get(path))}
             compared = _compare_contents(sid, path, rec.get(path), rep.get(path),
                                          recorded_content, replayed_content, since)
             if compared is not None and compared.same:
@@ -184,21 +185,22 @@ def files_facet(recorded: Mapping[int, list[dict[str, Any]]],
                                  "count": sum(compared.volatile.values()),
                                  "examples": [list(e) for e in compared.examples]})
                 continue
+            diffs = _diff(by_path_rec.get(path)), _diff(by_path_rep.get(path))
             if compared is not None:
-                row["real"] = [list(r) for r in compared.real]
-            differing.append({
-                **row,
-                "recorded_diff": (by_path_rec.get(path) or {}).get("diff", "")[:800],
-                "replayed_diff": (by_path_rep.get(path) or {}).get("diff", "")[:800],
-            })
+                differing.append({**row, "real": [list(r) for r in compared.real],
+                                  "recorded_diff": diffs[0], "replayed_diff": diffs[1]})
+            else:
+                differing.append({"path": path, "recorded": row["recorded"],
+                                  "replayed": row["replayed"], "recorded_diff": diffs[0],
+                                  "replayed_diff": diffs[1]})
     changed = sum(len(v) for v in replayed.values())
     return {"same": not differing, "changed": changed, "differing": differing[:20],
             "differing_count": len(differing), "volatile": volatile[:20],
             "volatile_count": len(volatile)}
 
 
-def _compare_contents(sid: int, path: str, rec: tuple[str, str | None] | None,
-                      rep: tuple[str, str | None] | None, recorded_content: Content | None,
+def _compare_contents(sid: int, path: str, rec: tuple[ChangeKind, str | None] | None,
+                      rep: tuple[ChangeKind, str | None] | None, recorded_content: Content | None,
                       replayed_content: Content | None,
                       since: float | None) -> VolatileComparison | None:
     """Both sides' resulting bytes compared with timestamps and timings set
@@ -213,7 +215,12 @@ def _compare_contents(sid: int, path: str, rec: tuple[str, str | None] | None,
     return compare_volatile(old, new, since=since)
 
 
-def _describe(row: Mapping[str, Any] | None) -> str:
+def _diff(row: ChangeJSON | None) -> str:
+    """A side's diff of a file, cut short."""
+    return row.get("diff", "")[:800] if row is not None else ""
+
+
+def _describe(row: ChangeJSON | None) -> str:
     if row is None:
         return "unchanged"
     size = row.get("after_size")

@@ -19,7 +19,7 @@ from wiretape.matching.jsontree import Path
 
 _DECODER = json.JSONDecoder()
 #: The decoder's C scanner: (text, index of a value) -> (value, index after
-#: it); raises StopIteration on bad input.
+#: it); raises StopIteration on bad input. Not in the type stubs.
 _scan_once: Callable[[str, int], tuple[object, int]]
 _scan_once = _DECODER.scan_once  # type: ignore[attr-defined]
 #: CPython's string scanner (json/decoder.py, C-accelerated): (text, index

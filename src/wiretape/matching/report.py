@@ -7,12 +7,12 @@ nothing of how differences are found, and does not print.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
 from dataclasses import dataclass
+from typing import Literal
 
 from wiretape.matching.kinds import SpanKind
+from wiretape.model import ExplanationJSON, HeaderDiffJSON, SpanJSON, ToolRefJSON
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class ToolRef:
     call_id: str
     name: str | None
     pointer: str
+
+    def to_json(self) -> ToolRefJSON:
+        return {"call_id": self.call_id, "name": self.name, "pointer": self.pointer}
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,16 @@ class Span:
     kind: str
     bytes_differ: int
     tool: ToolRef | None = None
-    change: str = "changed"
+    change: Literal["changed", "added", "removed"] = "changed"
     element: str | None = None
+
+    def to_json(self) -> SpanJSON:
+        return {"pointer": self.pointer, "offset": self.offset, "recorded": self.recorded,
+                "live": self.live, "recorded_context": self.recorded_context,
+                "live_context": self.live_context, "kind": str(self.kind),
+                "bytes_differ": self.bytes_differ,
+                "tool": self.tool.to_json() if self.tool is not None else None,
+                "change": self.change, "element": self.element}
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,10 @@ class HeaderDiff:
     recorded: tuple[str, ...]
     live: tuple[str, ...]
     semantic: bool
+
+    def to_json(self) -> HeaderDiffJSON:
+        return {"name": self.name, "recorded": list(self.recorded), "live": list(self.live),
+                "semantic": self.semantic}
 
 
 @dataclass(frozen=True)
@@ -103,23 +118,22 @@ class Explanation:
             or self.semantic_header_differences
         )
 
-    def to_json(self) -> dict[str, object]:
-        """A JSON-safe dict: str, int, bool, None, list and dict only."""
-        out = _jsonable(self)
-        assert isinstance(out, dict)
-        return out
-
-
-def _jsonable(value: object) -> object:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return _jsonable(value.value)
-    if isinstance(value, (tuple, list)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value
+    def to_json(self) -> ExplanationJSON:
+        """A JSON-safe dict: str, int, bool, None, list and dict only, its
+        members in field order."""
+        target, method = self.target_differs, self.method_differs
+        return {
+            "bytes_differ": self.bytes_differ,
+            "edit_distance": self.edit_distance,
+            "edit_distance_capped": self.edit_distance_capped,
+            "spans": [s.to_json() for s in self.spans],
+            "spans_omitted": self.spans_omitted,
+            "kind_summary": [str(k) for k in self.kind_summary],
+            "target_differs": list(target) if target is not None else None,
+            "method_differs": list(method) if method is not None else None,
+            "header_differences": [h.to_json() for h in self.header_differences],
+            "first_line": self.first_line,
+        }
 
 
 #: How each kind is named in a sentence.

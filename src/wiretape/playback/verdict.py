@@ -4,8 +4,10 @@ verdict"), computed from the per-request outcome rows. Pure."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import NotRequired, TypedDict
+
+from wiretape.model import Outcome, ReplayRow, facets
 
 #: Exit codes of ``wiretape replay`` (DESIGN.md).
 EXIT_PASS = 0
@@ -14,13 +16,57 @@ EXIT_USAGE = 2
 EXIT_EXCHANGES_FAIL = 3
 
 
+class ExchangeSummary(TypedDict):
+    """What a list shows of a recorded exchange: method, target (latin-1)
+    and a one-line summary of the request."""
+
+    method: str
+    target: str
+    summary: str
+
+
+class UnusedExchange(TypedDict):
+    """A recorded exchange no live request consumed: its seq, and what is
+    known of it (ExchangeSummary)."""
+
+    seq: int
+    method: NotRequired[str]
+    target: NotRequired[str]
+    summary: NotRequired[str]
+
+
+#: The verdict's JSON form (``--json``): the fields, then the derived numbers.
+VerdictJSON = TypedDict("VerdictJSON", {
+    "run_id": str,
+    "replay_id": str,
+    "mode": str,
+    "complete": bool,
+    "recorded": int,
+    "exact": int,
+    "substituted": int,
+    "diverged": int,
+    "missing": int,
+    "unused": int,
+    "unused_seqs": list[int],
+    "allow_substitutions": bool,
+    "outcome": Outcome,
+    "requests": list[ReplayRow],
+    "unused_exchanges": list[UnusedExchange],
+    "reused": int,
+    "exchanges_pass": bool,
+    "outcome_same": bool,
+    "exit_code": int,
+    "pass": bool,
+})
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A replay's verdict.
 
     ``requests`` are the per-request rows in decision order; ``outcome``
-    maps ``exit_status``/``stdout``/``files`` to ``{"same": bool|None, ...}``
-    (None: not compared).
+    maps ``exit_status``/``stdout``/``files`` (and facets that are only
+    reported) to ``{"same": bool|None, ...}`` (None: not compared).
     """
 
     run_id: str
@@ -35,10 +81,10 @@ class Verdict:
     unused: int
     unused_seqs: tuple[int, ...]
     allow_substitutions: bool
-    outcome: Mapping[str, Any] = field(default_factory=dict)
-    requests: tuple[Mapping[str, Any], ...] = ()
+    outcome: Outcome = field(default_factory=Outcome)
+    requests: tuple[ReplayRow, ...] = ()
     #: per unused exchange: seq, method, target and a one-line summary
-    unused_exchanges: tuple[Mapping[str, Any], ...] = ()
+    unused_exchanges: tuple[UnusedExchange, ...] = ()
 
     @property
     def reused(self) -> int:
@@ -51,7 +97,7 @@ class Verdict:
 
     @property
     def outcome_same(self) -> bool:
-        return all(v.get("same") is not False for v in self.outcome.values())
+        return all(facet.get("same") is not False for _, facet in facets(self.outcome))
 
     @property
     def passed(self) -> bool:
@@ -63,20 +109,29 @@ class Verdict:
             return EXIT_EXCHANGES_FAIL
         return EXIT_PASS if self.outcome_same else EXIT_OUTCOME_DIFFERS
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.update(
-            reused=self.reused,
-            exchanges_pass=self.exchanges_pass,
-            outcome_same=self.outcome_same,
-            exit_code=self.exit_code,
-            unused_seqs=list(self.unused_seqs),
-            requests=[dict(r) for r in self.requests],
-            unused_exchanges=[dict(u) for u in self.unused_exchanges],
-            outcome=dict(self.outcome),
-        )
-        data["pass"] = self.passed
-        return data
+    def to_json(self) -> VerdictJSON:
+        return {
+            "run_id": self.run_id,
+            "replay_id": self.replay_id,
+            "mode": self.mode,
+            "complete": self.complete,
+            "recorded": self.recorded,
+            "exact": self.exact,
+            "substituted": self.substituted,
+            "diverged": self.diverged,
+            "missing": self.missing,
+            "unused": self.unused,
+            "unused_seqs": list(self.unused_seqs),
+            "allow_substitutions": self.allow_substitutions,
+            "outcome": self.outcome.copy(),
+            "requests": [r.copy() for r in self.requests],
+            "unused_exchanges": [u.copy() for u in self.unused_exchanges],
+            "reused": self.reused,
+            "exchanges_pass": self.exchanges_pass,
+            "outcome_same": self.outcome_same,
+            "exit_code": self.exit_code,
+            "pass": self.passed,
+        }
 
 
 def compute(
@@ -86,10 +141,10 @@ def compute(
     mode: str,
     complete: bool,
     recorded_seqs: Sequence[int],
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[ReplayRow],
     allow_substitutions: bool = False,
-    outcome: Mapping[str, Any] | None = None,
-    describe: Mapping[int, Mapping[str, Any]] | None = None,
+    outcome: Outcome | None = None,
+    describe: Mapping[int, ExchangeSummary] | None = None,
 ) -> Verdict:
     """Count the rows: each row has ``kind`` and ``seq`` (the recorded
     exchange it consumed, None for missing). ``describe`` maps a recorded
@@ -98,8 +153,9 @@ def compute(
     used: set[int] = set()
     for row in rows:
         counts[row["kind"]] += 1
-        if row.get("seq") is not None:
-            used.add(int(row["seq"]))
+        seq = row.get("seq")
+        if seq is not None:
+            used.add(int(seq))
     unused = tuple(s for s in recorded_seqs if s not in used)
     return Verdict(
         run_id=run_id,
@@ -114,7 +170,13 @@ def compute(
         unused=len(unused),
         unused_seqs=unused,
         allow_substitutions=allow_substitutions,
-        outcome=dict(outcome or {}),
+        outcome=(outcome or Outcome()).copy(),
         requests=tuple(rows),
-        unused_exchanges=tuple({"seq": s, **(describe or {}).get(s, {})} for s in unused),
+        unused_exchanges=tuple(_unused(s, (describe or {}).get(s)) for s in unused),
     )
+
+
+def _unused(seq: int, summary: ExchangeSummary | None) -> UnusedExchange:
+    if summary is None:
+        return {"seq": seq}
+    return {"seq": seq, **summary}

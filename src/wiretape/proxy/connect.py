@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from wiretape.intercept.ca import RunCA
-from wiretape.model import Request
+from wiretape.model import ConnectReportJSON, Request, TunnelJSON
 from wiretape.proxy.http1 import ClientConnection, ErrorBody, Handler, plain_error, serve_connection
 
 _COPY_SIZE = 65536
@@ -40,7 +40,7 @@ class Tunnel:
     down: int = 0
     error: str | None = None
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> TunnelJSON:
         return {"host": self.host, "port": self.port, "connections": self.connections,
                 "bytes_up": self.up, "bytes_down": self.down, "error": self.error}
 
@@ -56,7 +56,7 @@ class ConnectReport:
     tunnels: dict[tuple[str, int], Tunnel] = field(default_factory=dict)
     refused: dict[str, int] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> ConnectReportJSON:
         return {"intercepted": dict(self.intercepted), "rejected": dict(self.rejected),
                 "tunnels": [t.to_json() for t in self.tunnels.values()],
                 "refused": dict(self.refused)}

@@ -13,10 +13,9 @@ import itertools
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from wiretape.matching import explain
-from wiretape.model import Ending, Exchange, Request
+from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail
 from wiretape.playback.decide import Candidate, Decision, Kind, Policy, decide
 from wiretape.playback.pacing import Pace, schedule
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
@@ -48,7 +47,7 @@ class Tape:
         self.remaining.remove(seq)
 
 
-def decision_detail(decision: Decision) -> dict[str, Any]:
+def decision_detail(decision: Decision) -> RequestDetail:
     c = decision.comparison
     return {
         "fields": list(c.fields),
@@ -71,7 +70,7 @@ class Replayer:
         pace: Pace = Pace.FAST,
         replay_id: str | None = None,
         on_stop: Callable[[str], None] | None = None,
-        on_decision: Callable[[dict[str, Any]], None] | None = None,
+        on_decision: Callable[[ReplayRow], None] | None = None,
     ) -> None:
         self.replay_id = replay_id or new_replay_id()
         self._run = run
@@ -84,7 +83,7 @@ class Replayer:
         self._on_stop = on_stop
         self._on_decision = on_decision
         self.stopped: str | None = None
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[ReplayRow] = []
 
     def handler(self, origin: str, connection_id: int) -> Handler:
         async def handle(conn: ClientConnection, request: Request) -> None:
@@ -109,7 +108,7 @@ class Replayer:
                         semantic_headers=self._policy.semantic_headers)
                     detail["explanation"] = explanation.to_json()
                     detail["body_bytes_differ"] = explanation.bytes_differ
-                row: dict[str, Any] = {
+                row: ReplayRow = {
                     "index": next(self._idx),
                     "kind": decision.kind.value,
                     "seq": decision.seq,

@@ -12,31 +12,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
-from wiretape.model import Headers
+from wiretape.model import Headers, JSONValue
 
 _GRPC_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "UNIMPLEMENTED",
                 413: "INVALID_ARGUMENT", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE",
                 504: "DEADLINE_EXCEEDED"}
 
 
-def _openai(status: int, code: str, message: str) -> dict[str, Any]:
+def _openai(status: int, code: str, message: str) -> dict[str, JSONValue]:
     return {"error": {"message": message, "type": "wiretape_error", "param": None, "code": code}}
 
 
-def _anthropic(status: int, code: str, message: str) -> dict[str, Any]:
+def _anthropic(status: int, code: str, message: str) -> dict[str, JSONValue]:
     kind = "invalid_request_error" if status < 500 else "api_error"
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-def _gemini(status: int, code: str, message: str) -> dict[str, Any]:
+def _gemini(status: int, code: str, message: str) -> dict[str, JSONValue]:
     return {"error": {"code": status, "message": message,
                       "status": _GRPC_STATUS.get(status, "FAILED_PRECONDITION")}}
 
 
+#: A provider's error body for (status, code, message).
+ErrorShape = Callable[[int, str, str], dict[str, JSONValue]]
+
 #: (path test, shape) in order; the first that matches wins.
-SHAPES: tuple[tuple[Callable[[bytes], bool], Callable[[int, str, str], dict[str, Any]]], ...] = (
+SHAPES: tuple[tuple[Callable[[bytes], bool], ErrorShape], ...] = (
     (lambda p: p.rstrip(b"/").endswith(b"/messages") or b"/messages/" in p, _anthropic),
     (lambda p: b":generateContent" in p or b":streamGenerateContent" in p
      or b"/v1beta/" in p or b":embedContent" in p or b":batchEmbedContents" in p, _gemini),

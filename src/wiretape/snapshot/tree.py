@@ -15,6 +15,7 @@ import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, TypeAlias, TypedDict
 
 from wiretape.errors import UsageError
 
@@ -90,12 +91,15 @@ def walk(root: Path, *, exclude: frozenset[Path] = frozenset(),
                 yield Entry(rel, "file", stat.S_IMODE(info.st_mode), data=data)
 
 
-@dataclass(frozen=True)
-class Change:
-    """One difference between a snapshot and a tree after the agent ran."""
+ChangeKind: TypeAlias = Literal["added", "modified", "deleted"]
+
+
+class ChangeJSON(TypedDict):
+    """A Change as the run file keeps the recorded outcome (and as a
+    replay's changes are compared with it)."""
 
     path: str
-    change: str  # added, modified, deleted
+    change: ChangeKind
     before_hash: str | None
     after_hash: str | None
     before_size: int | None
@@ -103,7 +107,21 @@ class Change:
     binary: bool
     diff: str
 
-    def to_json(self) -> dict[str, object]:
+
+@dataclass(frozen=True)
+class Change:
+    """One difference between a snapshot and a tree after the agent ran."""
+
+    path: str
+    change: ChangeKind
+    before_hash: str | None
+    after_hash: str | None
+    before_size: int | None
+    after_size: int | None
+    binary: bool
+    diff: str
+
+    def to_json(self) -> ChangeJSON:
         return {"path": self.path, "change": self.change, "before_hash": self.before_hash,
                 "after_hash": self.after_hash, "before_size": self.before_size,
                 "after_size": self.after_size, "binary": self.binary, "diff": self.diff}
@@ -138,7 +156,7 @@ def compare(before: Mapping[str, Entry], after: Mapping[str, Entry]) -> list[Cha
             continue
         if b is not None and a is not None and b.kind == a.kind == "dir":
             continue
-        change = "added" if b is None else "deleted" if a is None else "modified"
+        change: ChangeKind = "added" if b is None else "deleted" if a is None else "modified"
         datas = [e.data for e in (b, a) if e is not None and e.kind == "file"]
         binary = not all(is_text(d) for d in datas)
         diff = ""

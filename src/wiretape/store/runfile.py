@@ -19,23 +19,31 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import zstandard
 
 from wiretape.errors import RunFileError
 from wiretape.model import (
+    ConnectReportJSON,
     Ending,
     Exchange,
     Frame,
     Headers,
     Origin,
+    Outcome,
     Redaction,
+    ReplayKind,
+    ReplayRecord,
+    ReplayRow,
+    ReplaySettingsJSON,
     Request,
+    RequestDetail,
     Response,
     RunInfo,
+    RunMeta,
 )
-from wiretape.snapshot.tree import Change, Entry
+from wiretape.snapshot.tree import Change, ChangeJSON, Entry
 from wiretape.store import blobs, schema
 
 
@@ -47,21 +55,23 @@ def _headers_from_json(text: str) -> Headers:
     return tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in json.loads(text))
 
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def _damage_is_an_input_error(method: F) -> F:
+def _damage_is_an_input_error(
+        method: Callable[Concatenate[RunFile, P], R]) -> Callable[Concatenate[RunFile, P], R]:
     """Turn a damaged page or blob met after opening into a RunFileError
     naming the file, instead of a traceback."""
 
     @functools.wraps(method)
-    def wrapper(self: RunFile, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: RunFile, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(self, *args, **kwargs)
         except (sqlite3.DatabaseError, zstandard.ZstdError, KeyError, ValueError) as exc:
             raise RunFileError(self.path, f"{exc}; the file is damaged") from exc
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -168,7 +178,7 @@ class RunFile:
 
     # -- metadata ----------------------------------------------------------
 
-    def _set_meta(self, values: dict[str, Any]) -> None:
+    def _set_meta(self, values: RunMeta) -> None:
         with self._lock, self._db:
             for key, value in values.items():
                 self._db.execute(
@@ -204,16 +214,17 @@ class RunFile:
         """Mark the run as recorded with TLS interception of ``hosts``."""
         self._set_meta({"intercept": list(hosts)})
 
-    def set_connect_report(self, report: dict[str, Any]) -> None:
+    def set_connect_report(self, report: ConnectReportJSON) -> None:
         """What the forward proxy saw (ConnectReport.to_json): intercepted
         hosts, tunnels (host, port, byte counts), rejected certificates."""
         self._set_meta({"connect": report})
 
     @_damage_is_an_input_error
-    def connect_report(self) -> dict[str, Any] | None:
+    def connect_report(self) -> ConnectReportJSON | None:
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key = 'connect'").fetchone()
-        return json.loads(row[0]) if row else None
+        report: ConnectReportJSON | None = json.loads(row[0]) if row else None
+        return report
 
     def set_env_names(self, names: Sequence[str]) -> None:
         self._set_meta({"env_names": sorted(names)})
@@ -337,6 +348,8 @@ class RunFile:
 
     @_damage_is_an_input_error
     def _exchange_from_row(self, row: Sequence[Any], frame_rows: list[tuple[int, int, int]]) -> Exchange:
+        # ``row`` is a row of the exchanges table as SQLite gives it (Any):
+        # a damaged or hostile file may hold any type in any column.
         (seq, conn, origin, started, method, target, version, req_headers, req_blob, status,
          reason, resp_version, resp_headers, resp_blob, ending, ttfb, duration, error) = row
         with self._lock:
@@ -461,19 +474,19 @@ class RunFile:
                 return None
 
     @_damage_is_an_input_error
-    def outcome_changes(self) -> dict[int, list[dict[str, Any]]]:
+    def outcome_changes(self) -> dict[int, list[ChangeJSON]]:
         """The recorded outcome: per snapshot id, its changes (Change.to_json)."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT snapshot_id, detail FROM outcome_changes ORDER BY rowid").fetchall()
-        out: dict[int, list[dict[str, Any]]] = {}
+        out: dict[int, list[ChangeJSON]] = {}
         for snapshot_id, detail in rows:
             out.setdefault(snapshot_id, []).append(json.loads(detail))
         return out
 
     # -- replays -----------------------------------------------------------
 
-    def start_replay(self, replay_id: str, mode: str, settings: dict[str, Any]) -> None:
+    def start_replay(self, replay_id: str, mode: str, settings: ReplaySettingsJSON) -> None:
         with self._lock, self._db:
             self._db.execute(
                 "INSERT INTO replays (id, started_at_ns, mode, settings) VALUES (?, ?, ?, ?)",
@@ -484,12 +497,12 @@ class RunFile:
         self,
         replay_id: str,
         idx: int,
-        kind: str,
+        kind: ReplayKind,
         seq: int | None,
         served: bool,
         method: bytes,
         target: bytes,
-        detail: dict[str, Any],
+        detail: RequestDetail,
     ) -> None:
         """Write one request's outcome as soon as it is decided."""
         with self._lock, self._db:
@@ -506,7 +519,7 @@ class RunFile:
         exit_status: int | None,
         stdout: bytes,
         stderr: bytes,
-        outcome: dict[str, Any],
+        outcome: Outcome,
     ) -> None:
         with self._lock, self._db:
             self._db.execute(
@@ -516,7 +529,7 @@ class RunFile:
             )
 
     @_damage_is_an_input_error
-    def replays(self) -> list[dict[str, Any]]:
+    def replays(self) -> list[ReplayRecord]:
         """Every replay, oldest first: id, started/ended ns, mode, settings, outcome."""
         with self._lock:
             rows = self._db.execute(
@@ -537,7 +550,7 @@ class RunFile:
         ]
 
     @_damage_is_an_input_error
-    def replay_requests(self, replay_id: str) -> list[dict[str, Any]]:
+    def replay_requests(self, replay_id: str) -> list[ReplayRow]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT idx, kind, seq, served, method, target, decided_at_ns, detail"

@@ -18,7 +18,9 @@ from typing import Any, TypeAlias
 from wiretape.errors import UsageError
 
 JSON: TypeAlias = Any
-"""A value as :func:`json.loads` returns it."""
+"""A value as :func:`json.loads` returns it. Any, not a union: the fake
+provider builds and takes apart provider documents of every shape, and its
+tests check the bytes it writes."""
 
 
 class ScriptError(UsageError):

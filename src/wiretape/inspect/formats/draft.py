@@ -25,7 +25,9 @@ _REQUEST_ROOTS = frozenset({"messages", "input", "contents"})
 
 
 def get(value: object, *path: str) -> Any:
-    """The value at ``path`` in untrusted JSON, or None."""
+    """The value at ``path`` in untrusted JSON, or None. Any: a provider's
+    document has any shape; every reader checks the type of what it uses
+    (``text``, ``integer``, isinstance) before it relies on it."""
     found = at(value, path)
     return None if found is MISSING else found
 

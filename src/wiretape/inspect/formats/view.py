@@ -1,14 +1,79 @@
 """What a person reads out of one exchange: the values the wire-format
 readers return. Display only: recording and matching never use these.
 
-Owns the frozen dataclasses and their JSON form. Knows nothing of bytes,
-SSE or any provider's shapes.
+Owns the frozen dataclasses and their JSON form (``show --json``): each
+field under its name, tuples as lists, and what the JSON adds named in its
+TypedDict. Knows nothing of bytes, SSE or any provider's shapes.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TypedDict
+
+
+class ToolCallJSON(TypedDict):
+    call_id: str
+    name: str
+    arguments: str
+    kind: str
+
+
+class UsageJSON(TypedDict):
+    """Usage, and ``total``: the reported total, else input + output."""
+
+    input_tokens: int | None
+    output_tokens: int | None
+    total_tokens: int | None
+    reasoning_tokens: int | None
+    total: int | None
+
+
+class WireErrorJSON(TypedDict):
+    message: str
+    type: str | None
+    in_band: bool
+
+
+class UnknownEventJSON(TypedDict):
+    name: str
+    count: int
+
+
+class ResponseViewJSON(TypedDict):
+    format: str
+    streamed: bool
+    model: str | None
+    text: str
+    reasoning: str
+    tool_calls: list[ToolCallJSON]
+    stop_reason: str | None
+    usage: UsageJSON | None
+    errors: list[WireErrorJSON]
+    events: int
+    unknown_events: list[UnknownEventJSON]
+    vectors: int | None
+    dimensions: int | None
+    notes: list[str]
+
+
+class MessageJSON(TypedDict):
+    role: str
+    text: str
+    tool_calls: list[ToolCallJSON]
+    result_for: str | None
+    result_name: str | None
+
+
+class RequestViewJSON(TypedDict):
+    format: str
+    model: str | None
+    streamed: bool
+    system: str
+    messages: list[MessageJSON]
+    tools: list[str]
+    inputs: int | None
+    notes: list[str]
 
 
 @dataclass(frozen=True)
@@ -22,6 +87,10 @@ class ToolCall:
     name: str
     arguments: str
     kind: str = "function"
+
+    def to_json(self) -> ToolCallJSON:
+        return {"call_id": self.call_id, "name": self.name, "arguments": self.arguments,
+                "kind": self.kind}
 
 
 @dataclass(frozen=True)
@@ -41,6 +110,11 @@ class Usage:
             return None
         return (self.input_tokens or 0) + (self.output_tokens or 0)
 
+    def to_json(self) -> UsageJSON:
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "total_tokens": self.total_tokens, "reasoning_tokens": self.reasoning_tokens,
+                "total": self.total}
+
 
 @dataclass(frozen=True)
 class WireError:
@@ -50,6 +124,9 @@ class WireError:
     message: str
     type: str | None = None
     in_band: bool = False
+
+    def to_json(self) -> WireErrorJSON:
+        return {"message": self.message, "type": self.type, "in_band": self.in_band}
 
 
 @dataclass(frozen=True)
@@ -74,12 +151,17 @@ class ResponseView:
     dimensions: int | None = None
     notes: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["unknown_events"] = [{"name": n, "count": c} for n, c in self.unknown_events]
-        if self.usage is not None:
-            data["usage"]["total"] = self.usage.total
-        return data
+    def to_json(self) -> ResponseViewJSON:
+        return {
+            "format": self.format, "streamed": self.streamed, "model": self.model,
+            "text": self.text, "reasoning": self.reasoning,
+            "tool_calls": [c.to_json() for c in self.tool_calls],
+            "stop_reason": self.stop_reason,
+            "usage": self.usage.to_json() if self.usage is not None else None,
+            "errors": [e.to_json() for e in self.errors], "events": self.events,
+            "unknown_events": [{"name": n, "count": c} for n, c in self.unknown_events],
+            "vectors": self.vectors, "dimensions": self.dimensions, "notes": list(self.notes),
+        }
 
 
 @dataclass(frozen=True)
@@ -93,6 +175,11 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     result_for: str | None = None
     result_name: str | None = None
+
+    def to_json(self) -> MessageJSON:
+        return {"role": self.role, "text": self.text,
+                "tool_calls": [c.to_json() for c in self.tool_calls],
+                "result_for": self.result_for, "result_name": self.result_name}
 
 
 @dataclass(frozen=True)
@@ -108,8 +195,10 @@ class RequestView:
     inputs: int | None = None
     notes: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> RequestViewJSON:
+        return {"format": self.format, "model": self.model, "streamed": self.streamed,
+                "system": self.system, "messages": [m.to_json() for m in self.messages],
+                "tools": list(self.tools), "inputs": self.inputs, "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)
