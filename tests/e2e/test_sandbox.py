@@ -38,8 +38,21 @@ def checksums(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> tuple[Path, Path]:
+def agent_clock() -> str | None:
+    """The time the agent puts in its prompt (``CONTEXT_AGENT_NOW``), for
+    recording and every replay; None: it reads its own clock. A test about
+    paths pins it with ``@pytest.mark.parametrize("agent_clock", [...])``."""
+    return None
+
+
+@pytest.fixture
+def project(tmp_path: Path, agent_clock: str | None,
+            monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """A project directory with a file, recorded with the agent run in it."""
+    if agent_clock is None:
+        monkeypatch.delenv("CONTEXT_AGENT_NOW", raising=False)
+    else:
+        monkeypatch.setenv("CONTEXT_AGENT_NOW", agent_clock)
     work = tmp_path / "project"
     work.mkdir()
     (work / "notes.txt").write_text("state before the run\n")
@@ -71,20 +84,27 @@ def test_same_paths_and_recorded_clock_give_exact_and_leave_the_project_alone(pr
     assert checksums(work) == before  # the agent wrote answer.txt in the sandbox only
 
 
+# The prompt's time is pinned: a minute turning over between the recording and
+# the replay would add a timestamp difference and make the request diverged.
+@pytest.mark.parametrize("agent_clock", ["2025-01-02T03:04Z"])
 def test_mapped_paths_count_as_substituted_and_name_the_path(project) -> None:  # type: ignore[no-untyped-def]
     work, run = project
     done = wiretape("replay", str(run), "--no-same-paths", "--diagnostic", cwd=work.parent)
     v = verdict(run, work.parent)
     assert done.returncode == 3  # substituted is not exact
-    assert (v["exact"], v["substituted"]) == (0, 1)
-    (old, new, count), = v["requests"][0]["detail"]["substitutions"]
-    assert old == str(work) and new.startswith(str(Path(new).parent)) and count == 1
+    assert (v["exact"], v["substituted"], v["diverged"], v["missing"]) == (0, 1, 0, 0)
+    detail = v["requests"][0]["detail"]
+    (old, new, count), = detail["substitutions"]
+    assert old == str(work) and count == 1
+    assert new != old and Path(new).name.endswith(work.name)  # the sandbox copy of the project
+    assert [(s["kind"], s["pointer"]) for s in detail["explanation"]["spans"]] == [
+        ("path", "/messages/0/content")]  # the path is the only difference, and it is named
     assert "paths are mapped into the sandbox" in done.stderr
+    assert f"absolute path differs at /messages/0/content: \"{work}." in done.stderr
     assert "absolute paths in its own files" in done.stderr
-    allowed = wiretape(
-        "replay", str(run), "--no-same-paths", "--allow-substitutions", cwd=work.parent
-    )
-    assert allowed.returncode in (0, 1), allowed.stderr  # exchanges pass; the clock may differ
+    allowed = wiretape("replay", str(run), "--no-same-paths", "--allow-substitutions",
+                       cwd=work.parent)
+    assert allowed.returncode == 0, allowed.stderr  # exchanges pass and the outcome is the same
 
 
 @needs_mount_ns

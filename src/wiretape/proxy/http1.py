@@ -350,7 +350,8 @@ async def serve_connection(conn: ClientConnection, handler: Handler,
                 conn.busy = False
             if not conn.next_cycle():
                 return
-    except (ConnectionError, asyncio.IncompleteReadError):
+    except (ConnectionError, asyncio.IncompleteReadError, ClientGone):
+        # ClientGone here: the client left while a refusal was being written.
         return
     finally:
         await conn.close()
