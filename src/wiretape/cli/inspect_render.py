@@ -87,10 +87,16 @@ def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
               f"{row.frames} frames, {human_bytes(row.bytes)}, ended {row.ending}")]
     if exchange.error:
         lines.append(click.style(f"  error: {exchange.error}", fg="red"))
-    lines.append(click.style(
-        f"request ({req.format}): model {req.model or '-'}{', streamed' if req.streamed else ''}, "
-        f"{len(req.messages)} message(s)" + (f", tools: {', '.join(req.tools)}" if req.tools else "")
-        + (f", {req.inputs} input(s)" if req.inputs is not None else ""), bold=True))
+    lines.append(
+        click.style(
+            f"request ({req.format}): model {req.model or '-'}"
+            f"{', streamed' if req.streamed else ''}, "
+            f"{len(req.messages)} message(s)"
+            + (f", tools: {', '.join(req.tools)}" if req.tools else "")
+            + (f", {req.inputs} input(s)" if req.inputs is not None else ""),
+            bold=True,
+        )
+    )
     if req.system:
         lines.append(f"  [system] {excerpt(req.system, 200)}")
     for m in req.messages:

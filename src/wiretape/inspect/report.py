@@ -100,7 +100,9 @@ def waterfall(rows: Sequence[TimelineRow]) -> str:
             f'</div><div class="muted">{_e(_ms(r.ttfb_ns))} · {_e(_ms(r.duration_ns))} · '
             f"{_e(r.stop_reason or r.status or r.ending)}</div></div>")
     ticks = "".join(f"<span>+{_e(_ms(first + span * k // 4))}</span>" for k in range(5))
-    out.append(f'<div class="wf-axis"><div></div><div class="wf-ticks">{ticks}</div><div></div></div>')
+    out.append(
+        f'<div class="wf-axis"><div></div><div class="wf-ticks">{ticks}</div><div></div></div>'
+    )
     return "\n".join(out)
 
 
@@ -118,8 +120,11 @@ def ledger_table(ledger: Ledger) -> str:
             f'<td class="mono">{_e(e.arguments[:300])}</td><td>#{e.issued_in}</td>'
             f'<td><span class="badge {e.status}">{e.status}</span>{_e(answered)}</td>'
             f'<td>{_e(e.result or "")}</td></tr>')
-    notes = "".join(f'<p class="muted">Result in #{s} for a call no recorded response issued: '
-                    f'<code>{_e(c)}</code> {_e(n or "")}</p>' for s, c, n in ledger.unmatched_results)
+    notes = "".join(
+        f'<p class="muted">Result in #{s} for a call no recorded response issued: '
+        f"<code>{_e(c)}</code> {_e(n or '')}</p>"
+        for s, c, n in ledger.unmatched_results
+    )
     return head + "".join(body) + "</tbody></table>" + notes
 
 
@@ -132,7 +137,9 @@ def _message(m: Message) -> str:
             f'{_text_block(m.text) if m.text else ""}{calls}</div>')
 
 
-def _new_messages(previous: ExchangeView | None, view: ExchangeView) -> tuple[int, Sequence[Message]]:
+def _new_messages(
+    previous: ExchangeView | None, view: ExchangeView
+) -> tuple[int, Sequence[Message]]:
     """The messages this request adds to the previous one's conversation."""
     msgs = view.request.messages
     if previous is not None:
@@ -203,12 +210,14 @@ def _divergence(row: ReplayRow) -> str:
     for span in explanation.get("spans", []) if explanation else []:
         tool = span.get("tool")
         about = f", result of {tool.get('name') or '?'} ({tool.get('call_id')})" if tool else ""
-        out.append(f'<div class="muted">at {_e(span.get("pointer") or "byte " + str(span.get("offset")))}'
-                   f" ({_e(span.get('kind'))}{_e(about)})</div>"
-                   f'<div class="sbs"><div class="rec"><div class="muted">recorded</div>'
-                   f"<pre>{_e(span.get('recorded_context', ''))}</pre></div>"
-                   f'<div class="live"><div class="muted">live</div>'
-                   f"<pre>{_e(span.get('live_context', ''))}</pre></div></div>")
+        out.append(
+            f'<div class="muted">at {_e(span.get("pointer") or "byte " + str(span.get("offset")))}'
+            f" ({_e(span.get('kind'))}{_e(about)})</div>"
+            f'<div class="sbs"><div class="rec"><div class="muted">recorded</div>'
+            f"<pre>{_e(span.get('recorded_context', ''))}</pre></div>"
+            f'<div class="live"><div class="muted">live</div>'
+            f"<pre>{_e(span.get('live_context', ''))}</pre></div></div>"
+        )
     for old, new, count in detail.get("substitutions", []):
         out.append(f"<div>substitution <code>{_e(old)}</code> → <code>{_e(new)}</code> fired "
                    f"{_e(count)} time(s)</div>")
@@ -218,15 +227,22 @@ def _divergence(row: ReplayRow) -> str:
     return "".join(out) + "</div>"
 
 
+def _facet_word(same: object) -> str:
+    return "same" if same else "not compared" if same is None else "differs"
+
+
 def replays(verdicts: Sequence[Verdict]) -> str:
     if not verdicts:
-        return '<p class="muted">This run has not been replayed yet (<code>wiretape replay</code>).</p>'
+        return ('<p class="muted">This run has not been replayed yet '
+                "(<code>wiretape replay</code>).</p>")
     out = []
     for v in verdicts:
         status = "PASS" if v.passed else "FAIL"
-        outcome = ", ".join(f"{k} {'same' if f.get('same') else 'not compared' if f.get('same') is None else 'differs'}"
-                            for k, f in facets(v.outcome) if isinstance(f, Mapping) and k in
-                            COMPARED_FACETS)
+        outcome = ", ".join(
+            f"{k} {_facet_word(f.get('same'))}"
+            for k, f in facets(v.outcome)
+            if isinstance(f, Mapping) and k in COMPARED_FACETS
+        )
         counts = "".join(f"<td data-{k}=\"{getattr(v, k)}\">{getattr(v, k)}</td>" for k in
                          ("recorded", "exact", "substituted", "diverged", "missing", "unused"))
         out.append(

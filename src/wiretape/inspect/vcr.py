@@ -129,7 +129,7 @@ def import_vcr(source: Path, out: Path | None,
         start = _recorded_at(interactions[0].get("recorded_at")) if interactions else 0
         info = interop.new_info(f"vcr:{source.name}", list(origins.values()), start)
         exchanges: list[tuple[Exchange, list[Redaction]]] = []
-        for n, (i, (base, target)) in enumerate(zip(interactions, urls)):
+        for n, (i, (base, target)) in enumerate(zip(interactions, urls, strict=True)):
             req, resp = i["request"], i.get("response")
             request = Request(str(req.get("method", "GET")).upper().encode("latin-1"),
                               target.encode("latin-1"), _headers(req.get("headers")),

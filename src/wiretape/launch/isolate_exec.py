@@ -20,6 +20,7 @@ the convention of env(1) and unshare(1) for their own errors).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -245,10 +246,8 @@ def _answer_dns(resolver: socket.socket, names: list[str]) -> None:
     name, end = question
     if name not in names and len(names) < MAX_NAMES:
         names.append(name)
-    try:
+    with contextlib.suppress(OSError):
         resolver.sendto(dns_nxdomain(message, end), peer)
-    except OSError:
-        pass
 
 
 def _serve_request(control: socket.socket, request: str, names: list[str]) -> None:
@@ -305,10 +304,9 @@ def _make_room(original: str, is_dir: bool, room: list[str], scratch: str | None
     mount(ancestor, stash, None, MS_BIND | MS_REC)
     info = os.stat(ancestor)
     mount("tmpfs", ancestor, "tmpfs", 0, f"mode={stat.S_IMODE(info.st_mode):o}")
-    try:
+    # An id not mapped in this user namespace: the tmpfs keeps ours.
+    with contextlib.suppress(OSError):
         os.chown(ancestor, info.st_uid, info.st_gid)
-    except OSError:
-        pass  # an id not mapped in this user namespace: the tmpfs keeps ours
     for entry in os.scandir(stash):
         placeholder = os.path.join(ancestor, entry.name)
         if entry.is_symlink():

@@ -116,7 +116,9 @@ class Sandbox:
         for c in self.copies:
             after = {e.path: e for e in walk(c.copy)}
             self._after[c.snapshot_id] = after
-            out[c.snapshot_id] = [ch.to_json() for ch in compare({e.path: e for e in c.entries}, after)]
+            out[c.snapshot_id] = [
+                ch.to_json() for ch in compare({e.path: e for e in c.entries}, after)
+            ]
         return out
 
     def content(self, snapshot_id: int, path: str) -> bytes | None:

@@ -149,12 +149,12 @@ def _walk_object(a: JsonObject, b: JsonObject, rp: Path, lp: Path, out: list[Tre
         out.append(TreeChange(Change.KEY_ORDER, rp, lp))
     for key, value in db.items():
         if key in da:
-            _walk(da[key], value, rp + (key,), lp + (key,), out)
+            _walk(da[key], value, (*rp, key), (*lp, key), out)
         else:
-            out.append(TreeChange(Change.ADDED, rp, lp + (key,)))
+            out.append(TreeChange(Change.ADDED, rp, (*lp, key)))
     for key in da:
         if key not in db:
-            out.append(TreeChange(Change.REMOVED, rp + (key,), lp))
+            out.append(TreeChange(Change.REMOVED, (*rp, key), lp))
 
 
 def _walk_array(
@@ -171,8 +171,8 @@ def _walk_array(
         tail += 1
     middle_a, middle_b = len(a) - head - tail, len(b) - head - tail
     for i in range(head, head + min(middle_a, middle_b)):
-        _walk(a[i], b[i], rp + (str(i),), lp + (str(i),), out)
+        _walk(a[i], b[i], (*rp, str(i)), (*lp, str(i)), out)
     for i in range(head + middle_a, head + middle_b):
-        out.append(TreeChange(Change.ADDED, rp, lp + (str(i),)))
+        out.append(TreeChange(Change.ADDED, rp, (*lp, str(i))))
     for i in range(head + middle_b, head + middle_a):
-        out.append(TreeChange(Change.REMOVED, rp + (str(i),), lp))
+        out.append(TreeChange(Change.REMOVED, (*rp, str(i)), lp))

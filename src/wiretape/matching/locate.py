@@ -88,7 +88,7 @@ class _Scan:
             if wanted is None:
                 i = scan(text, ws(text, i).end())[1]
             else:
-                i = self.value(i, wanted, path + (key,))
+                i = self.value(i, wanted, (*path, key))
             i = ws(text, i).end()
             if text[i] == "}":
                 return i + 1
@@ -103,10 +103,7 @@ class _Scan:
         index = 0
         while True:
             hit = wanted.get(index)
-            if hit is None:
-                i = scan(text, i)[1]
-            else:
-                i = self.value(i, hit[1], path + (hit[0],))
+            i = scan(text, i)[1] if hit is None else self.value(i, hit[1], (*path, hit[0]))
             i = ws(text, i).end()
             if text[i] == "]":
                 return i + 1

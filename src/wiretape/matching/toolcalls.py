@@ -86,11 +86,11 @@ def _at_pattern(value: object, pattern: Path, trail: Path = ()) -> Iterator[tupl
             # Latest first: a diverging tool result is most often the newest
             # one, and its call is then found at once in a long history.
             for i in range(len(value) - 1, -1, -1):
-                yield from _at_pattern(value[i], rest, trail + (str(i),))
+                yield from _at_pattern(value[i], rest, (*trail, str(i)))
         return
     found = child(value, head)
     if found is not MISSING:
-        yield from _at_pattern(found, rest, trail + (head,))
+        yield from _at_pattern(found, rest, (*trail, head))
 
 
 def nodes_at(value: object, pattern: Path) -> Iterator[tuple[Path, object]]:

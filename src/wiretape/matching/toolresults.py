@@ -61,7 +61,8 @@ class ToolResult:
 
 def _matches(pattern: Path, path: Path) -> bool:
     return len(path) >= len(pattern) and all(
-        token.isdigit() if want == ANY else token == want for want, token in zip(pattern, path)
+        token.isdigit() if want == ANY else token == want
+        for want, token in zip(pattern, path, strict=False)
     )
 
 

@@ -227,7 +227,11 @@ def _scalar(old: object, new: object, name: str, where: str, tally: _Tally) -> N
         return
     shown_old, shown_new = _scalar_text(old), _scalar_text(new)
     # An epoch time (s, ms, us or ns) in a member of any name.
-    if numbers and _clock_reading(tally.window, shown_old) and _clock_reading(tally.window, shown_new):
+    if (
+        numbers
+        and _clock_reading(tally.window, shown_old)
+        and _clock_reading(tally.window, shown_new)
+    ):
         tally.expected("timestamp", where, shown_old, shown_new)
         return
     tally.differs(where, shown_old, shown_new)

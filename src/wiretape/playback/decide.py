@@ -18,6 +18,7 @@ from wiretape.matching.headers import DEFAULT_SEMANTIC_HEADERS
 from wiretape.matching.regions import differing_region
 from wiretape.model import Headers, Request
 
+
 class Kind(enum.StrEnum):
     EXACT = "exact"
     SUBSTITUTED = "substituted"
@@ -148,7 +149,9 @@ def apply_substitutions(
         if count:
             target = target.replace(sub.new, sub.old)
             body = body.replace(sub.new, sub.old)
-            fired.append((sub.old.decode("utf-8", "replace"), sub.new.decode("utf-8", "replace"), count))
+            fired.append(
+                (sub.old.decode("utf-8", "replace"), sub.new.decode("utf-8", "replace"), count)
+            )
     replaced = Request(request.method, target, request.headers, body, request.http_version)
     return replaced, tuple(fired)
 
@@ -156,7 +159,9 @@ def apply_substitutions(
 def decide(live: Request, remaining: Sequence[Candidate], policy: Policy) -> Decision:
     """Decide how to answer ``live`` given the not-yet-served ``remaining``
     (in sequence order)."""
-    same_route = [c for c in remaining if c.request.method == live.method and c.request.path == live.path]
+    same_route = [
+        c for c in remaining if c.request.method == live.method and c.request.path == live.path
+    ]
     strict = policy.mode is Mode.STRICT
     if not same_route:
         return Decision(Kind.MISSING, None, serve=False, stop=strict)

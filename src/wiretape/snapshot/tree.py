@@ -46,8 +46,13 @@ class Entry:
         return hashlib.sha256(payload).hexdigest()
 
 
-def walk(root: Path, *, exclude: frozenset[Path] = frozenset(),
-         skip_names: frozenset[str] = DEFAULT_EXCLUDES, max_bytes: int | None = None) -> Iterator[Entry]:
+def walk(
+    root: Path,
+    *,
+    exclude: frozenset[Path] = frozenset(),
+    skip_names: frozenset[str] = DEFAULT_EXCLUDES,
+    max_bytes: int | None = None,
+) -> Iterator[Entry]:
     """Every entry under ``root`` in a stable order. Raises UsageError when
     the files together exceed ``max_bytes``."""
     total = 0

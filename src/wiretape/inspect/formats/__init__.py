@@ -89,21 +89,41 @@ _ANTHROPIC_TYPES = frozenset({"message", "message_start", "message_delta", "mess
 
 
 FORMATS: tuple[WireFormat, ...] = (
-    WireFormat("openai-chat", lambda p: p.endswith(b"/chat/completions"),
-               lambda d: isinstance(d, dict) and str(d.get("object", "")).startswith("chat.completion"),
-               openai_chat.read),
-    WireFormat("openai-responses", lambda p: p.endswith(b"/responses"),
-               lambda d: _type_starts("response.")(d) or (isinstance(d, dict)
-                                                         and d.get("object") == "response"),
-               openai_responses.read),
-    WireFormat("anthropic-messages", lambda p: p.endswith(b"/messages") and b"/threads/" not in p,
-               lambda d: isinstance(d, dict) and d.get("type") in _ANTHROPIC_TYPES, anthropic.read),
-    WireFormat("gemini", lambda p: b":generateContent" in p or b":streamGenerateContent" in p,
-               lambda d: isinstance(d, dict) and "candidates" in d, gemini.read),
-    WireFormat("embeddings", lambda p: p.endswith((b"/embeddings", b":embedContent",
-                                                   b":batchEmbedContents")),
-               lambda d: isinstance(d, dict) and ("embeddings" in d or "embedding" in d
-                                                  or d.get("object") == "list"), embeddings.read),
+    WireFormat(
+        "openai-chat",
+        lambda p: p.endswith(b"/chat/completions"),
+        lambda d: isinstance(d, dict) and str(d.get("object", "")).startswith("chat.completion"),
+        openai_chat.read,
+    ),
+    WireFormat(
+        "openai-responses",
+        lambda p: p.endswith(b"/responses"),
+        lambda d: (
+            _type_starts("response.")(d) or (isinstance(d, dict) and d.get("object") == "response")
+        ),
+        openai_responses.read,
+    ),
+    WireFormat(
+        "anthropic-messages",
+        lambda p: p.endswith(b"/messages") and b"/threads/" not in p,
+        lambda d: isinstance(d, dict) and d.get("type") in _ANTHROPIC_TYPES,
+        anthropic.read,
+    ),
+    WireFormat(
+        "gemini",
+        lambda p: b":generateContent" in p or b":streamGenerateContent" in p,
+        lambda d: isinstance(d, dict) and "candidates" in d,
+        gemini.read,
+    ),
+    WireFormat(
+        "embeddings",
+        lambda p: p.endswith((b"/embeddings", b":embedContent", b":batchEmbedContents")),
+        lambda d: (
+            isinstance(d, dict)
+            and ("embeddings" in d or "embedding" in d or d.get("object") == "list")
+        ),
+        embeddings.read,
+    ),
 )
 _GENERIC = WireFormat("unknown", lambda p: False, lambda d: False, generic.read)
 
@@ -142,7 +162,9 @@ def read_exchange(exchange: Exchange) -> ExchangeView:
     results: tuple[tuple[str, str | None], ...] = ()
     try:
         tree = json.loads(exchange.request.body) if exchange.request.body.strip() else None
-        found = sorted(results_in(tree), key=lambda r: [int(t) if t.isdigit() else -1 for t in r.path])
+        found = sorted(
+            results_in(tree), key=lambda r: [int(t) if t.isdigit() else -1 for t in r.path]
+        )
         results = tuple((r.call_id, r.name) for r in found)
     except (ValueError, RecursionError):
         pass

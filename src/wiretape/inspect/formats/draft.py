@@ -118,7 +118,9 @@ class Draft:
         self.dimensions: int | None = None
         self.notes: list[str] = []
 
-    def call(self, key: object, call_id: str = "", name: str = "", kind: str = "function") -> CallDraft:
+    def call(
+        self, key: object, call_id: str = "", name: str = "", kind: str = "function"
+    ) -> CallDraft:
         """The draft of the call known by ``key``, made on first sight."""
         draft = self.calls.get(key)
         if draft is None:

@@ -49,4 +49,6 @@ def read(draft: Draft, events: tuple[Event, ...]) -> None:
         draft.dimensions = _size(vectors[0]) if vectors else None
         usage = get(doc, "usage")
         if isinstance(usage, dict):
-            draft.usage = Usage(integer(usage, "prompt_tokens"), None, integer(usage, "total_tokens"))
+            draft.usage = Usage(
+                integer(usage, "prompt_tokens"), None, integer(usage, "total_tokens")
+            )

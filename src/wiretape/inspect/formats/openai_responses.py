@@ -17,12 +17,20 @@ from wiretape.inspect.formats.view import Usage
 _FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _START = frozenset({"response.created", "response.in_progress", "response.queued"})
 _QUIET_PREFIXES = (
-    "response.content_part.", "response.output_text.done", "response.output_text.annotation",
-    "response.reasoning_summary_part.", "response.reasoning_summary_text.done",
-    "response.reasoning_text.done", "response.function_call_arguments.done",
-    "response.custom_tool_call_input.done", "response.web_search_call.",
-    "response.file_search_call.", "response.code_interpreter_call", "response.image_generation_call.",
-    "response.mcp_", "response.refusal.",
+    "response.content_part.",
+    "response.output_text.done",
+    "response.output_text.annotation",
+    "response.reasoning_summary_part.",
+    "response.reasoning_summary_text.done",
+    "response.reasoning_text.done",
+    "response.function_call_arguments.done",
+    "response.custom_tool_call_input.done",
+    "response.web_search_call.",
+    "response.file_search_call.",
+    "response.code_interpreter_call",
+    "response.image_generation_call.",
+    "response.mcp_",
+    "response.refusal.",
 )
 _TEXT_DELTAS = {"response.output_text.delta": "text", "response.refusal.delta": "text",
                 "response.reasoning_summary_text.delta": "reasoning",

@@ -150,7 +150,9 @@ def read_request(format_name: str, request: Request) -> RequestView:
         return RequestView(format_name, notes=(f"{len(request.body)} bytes, not JSON",))
     if not isinstance(body, dict):
         return RequestView(format_name, notes=("JSON body that is not an object",))
-    model = text(body, "model") or (gemini_model.group(1).decode("latin-1") if gemini_model else None)
+    model = text(body, "model") or (
+        gemini_model.group(1).decode("latin-1") if gemini_model else None
+    )
     inputs = None
     if format_name == "embeddings":
         given = body.get("input", body.get("requests", body.get("content")))
