@@ -19,7 +19,7 @@ from wiretape.model import Ending, Exchange, Frame, Request, Response
 from wiretape.proxy import upstream
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response
-from wiretape.store.redaction import redact_request, redact_response
+from wiretape.redaction import redact_request, redact_response
 from wiretape.store.runfile import RunFile
 
 

@@ -22,7 +22,7 @@ from wiretape.playback.pacing import Pace, schedule
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.record import unreachable_response
 from wiretape.proxy.shapes import error_response
-from wiretape.store.redaction import redact_request
+from wiretape.redaction import redact_request
 from wiretape.store.runfile import RunFile
 
 
