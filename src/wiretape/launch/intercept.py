@@ -20,10 +20,9 @@ from urllib.parse import urlsplit
 
 from wiretape.errors import UsageError
 from wiretape.intercept.ca import RunCA
-from wiretape.launch.origins import KNOWN_ORIGINS
 from wiretape.model import Request
+from wiretape.origins import KNOWN_ORIGINS, UpstreamOptions, parse_resolve
 from wiretape.proxy.http1 import ClientConnection, ErrorBody, Handler
-from wiretape.proxy.upstream import UpstreamOptions, parse_resolve
 
 #: Variables naming the forward proxy. Both cases: curl reads only the
 #: lower-case ``http_proxy``; httpx and requests prefer lower case when both

@@ -22,6 +22,7 @@ from wiretape.errors import RunFileError, UsageError
 from wiretape.launch.child import Child, resolve_command
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins, proxy_url
 from wiretape.model import Origin, RunInfo
+from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.snapshot.tree import DEFAULT_MAX_BYTES, Change, Entry, compare, walk
 from wiretape.launch.intercept import (
     InterceptSettings,
@@ -35,7 +36,6 @@ from wiretape.proxy.http1 import DEFAULT_MAX_BODY, plain_error
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
-from wiretape.proxy.upstream import UpstreamOptions, parse_upstream
 from wiretape.store.locate import new_run_id, runs_dir
 from wiretape.store.runfile import RunFile
 

@@ -29,6 +29,7 @@ from wiretape.launch.intercept import (
 )
 from wiretape.launch.record import _forward_signals, _store_paths, forward_proxy_port
 from wiretape.model import Origin, RunInfo
+from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy, Substitution
 from wiretape.playback.pacing import Pace
 from wiretape.playback.verdict import Verdict, compute
@@ -37,7 +38,6 @@ from wiretape.proxy.http1 import DEFAULT_MAX_BODY, plain_error
 from wiretape.proxy.replay import Replayer
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
-from wiretape.proxy.upstream import parse_upstream
 from wiretape.snapshot.tree import Entry, walk
 from wiretape.store.runfile import RunFile
 

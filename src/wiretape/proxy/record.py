@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from wiretape.model import Ending, Exchange, Frame, Request, Response
+from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import upstream
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response
@@ -43,10 +44,10 @@ class Recorder:
     """Records exchanges for a set of origins into one run file."""
 
     def __init__(self, run: RunFile, *, on_exchange: Callable[[Exchange], None] | None = None,
-                 options: upstream.UpstreamOptions | None = None) -> None:
+                 options: UpstreamOptions | None = None) -> None:
         self._run = run
         self._seq = itertools.count(0)
-        self._options = options or upstream.UpstreamOptions()
+        self._options = options or UpstreamOptions()
         self._client = upstream.new_client(self._options)
         self._write_lock = asyncio.Lock()
         self._on_exchange = on_exchange
@@ -60,7 +61,7 @@ class Recorder:
         await self._client.aclose()
 
     def handler(self, origin: str, upstream_url: str, connection_id: int) -> Handler:
-        root, host, _ = upstream.parse_upstream(upstream_url)
+        root, host, _ = parse_upstream(upstream_url)
 
         async def handle(conn: ClientConnection, request: Request) -> None:
             await self._forward(conn, request, origin, upstream_url, root, host, connection_id)
