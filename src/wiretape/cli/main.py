@@ -347,7 +347,7 @@ def verdict(run: str, replay_id: str | None, as_json: bool) -> None:
     Example:
       wiretape verdict run_0123456789ab --json
     """
-    from wiretape.launch.replay import verdict_of
+    from wiretape.inspect.verdicts import verdict_of
 
     with RunFile.open(resolve_run(run)) as rf:
         v = verdict_of(rf, replay_id)
@@ -372,7 +372,7 @@ def ls_runs(as_json: bool) -> None:
     Example:
       wiretape ls
     """
-    from wiretape.launch.replay import verdict_of
+    from wiretape.inspect.verdicts import verdict_of
 
     rows, data = [], []
     for path in sorted(runs_dir().glob("*.wtape")):

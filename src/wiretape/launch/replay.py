@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from wiretape.errors import PortInUse, UsageError
 from wiretape.launch import isolate
 from wiretape.launch.child import Child, resolve_command
-from wiretape.inspect.summary import request_summary
+from wiretape.inspect.verdicts import verdict_of
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet
 from wiretape.matching.volatile import compare_volatile
 from wiretape.launch.origins import child_environment
@@ -32,7 +32,7 @@ from wiretape.model import Origin, RunInfo
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy, Substitution
 from wiretape.playback.pacing import Pace
-from wiretape.playback.verdict import Verdict, compute
+from wiretape.playback.verdict import Verdict
 from wiretape.proxy.connect import ConnectProxy
 from wiretape.proxy.http1 import DEFAULT_MAX_BODY, plain_error
 from wiretape.proxy.replay import Replayer
@@ -102,33 +102,6 @@ def _short_diff(recorded: bytes, replayed: bytes, limit: int = 2000) -> str:
                                  fromfile="recorded stdout", tofile="replayed stdout", n=1)
     text = "".join(lines)
     return text if len(text) <= limit else text[:limit] + "\n... (cut)\n"
-
-
-def verdict_of(run: RunFile, replay_id: str | None = None) -> Verdict | None:
-    """The verdict of ``replay_id`` (default: the latest replay), also for a
-    replay whose process was killed (``complete`` is then False)."""
-    replays = run.replays()
-    if not replays:
-        return None
-    chosen = next((r for r in replays if r["id"] == replay_id), None) if replay_id else replays[-1]
-    if chosen is None:
-        return None
-    info = run.info()
-    rows = run.replay_requests(chosen["id"])
-    exchanges = run.exchanges()
-    seqs = [e.seq for e in exchanges]
-    describe = {
-        e.seq: {"method": e.request.method.decode("latin-1"),
-                "target": e.request.target.decode("latin-1"),
-                "summary": request_summary(e.request)}
-        for e in exchanges
-    }
-    return compute(
-        run_id=info.run_id, replay_id=chosen["id"], mode=chosen["mode"],
-        complete=chosen["ended_at_ns"] is not None, recorded_seqs=seqs, rows=rows,
-        allow_substitutions=bool(chosen["settings"].get("allow_substitutions")),
-        outcome=chosen["outcome"] or {}, describe=describe,
-    )
 
 
 def _wanted_port(origin: Origin, overrides: dict[str | None, int], primary: str) -> tuple[int, bool]:

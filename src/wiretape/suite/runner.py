@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wiretape.errors import WiretapeError
+from wiretape.inspect.verdicts import verdict_of
 from wiretape.playback.verdict import Verdict
+from wiretape.store.runfile import RunFile
 from wiretape.suite.schedule import pick
 
 #: Seconds a replay may take before it is stopped (SIGTERM, then SIGKILL).
@@ -65,8 +67,6 @@ class _Job:
 
 
 def _load(index: int, path: Path, free_ports: bool) -> _Job | CheckResult:
-    from wiretape.store.runfile import RunFile
-
     try:
         with RunFile.open(path) as run:
             info = run.info()
@@ -207,9 +207,6 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
 
 
 def _verdict(copy: Path) -> Verdict | None:
-    from wiretape.launch.replay import verdict_of
-    from wiretape.store.runfile import RunFile
-
     try:
         with RunFile.open(copy) as run:
             return verdict_of(run)
