@@ -434,7 +434,7 @@ def demo(keep_dir: Path | None) -> None:
     """
     from wiretape.demo import run_demo
 
-    sys.exit(run_demo(keep_dir, _say))
+    sys.exit(run_demo(keep_dir, _say, summarise=render.record_summary, style=click.style))
 
 
 # Showing what an agent did: show, report, export, import.
