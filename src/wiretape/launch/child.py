@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -135,6 +135,24 @@ class Child:
             await asyncio.to_thread(self.process.wait, grace)
         except subprocess.TimeoutExpired:
             self.signal_group(signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def forward_signals(child: Child) -> Iterator[None]:
+    """While the child runs, SIGINT/SIGTERM to wiretape go to its group."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, child.signal_group, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
 
 
 def _hand_terminal_to(pgid: int) -> int | None:

@@ -82,6 +82,17 @@ def intercept_hosts(extra: Sequence[str]) -> dict[str, str]:
     return hosts
 
 
+def forward_proxy_port(ports: Sequence[tuple[str | None, int]]) -> int:
+    """The forward proxy's port: ``--port N`` (or ``--port proxy=N``), else any.
+    Raises UsageError for a port named after an origin."""
+    for name, port in ports:
+        if name in (None, "proxy"):
+            return port
+        raise UsageError(f"--port {name}={port}: with --intercept there is one port, the "
+                         "forward proxy's: give --port N")
+    return 0
+
+
 def plain_http_refusal(error_body: ErrorBody,
                        on_refused: Callable[[int, str], None] | None = None) -> Handler:
     """The handler for requests sent to the forward proxy without CONNECT

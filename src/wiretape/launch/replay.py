@@ -1,6 +1,10 @@
 """A replay session: the run's origins served from its tape on their
 recorded ports when free, the agent run again, the verdict computed and
-stored. No upstream client exists on this path.
+stored. No upstream client exists on this path: nothing imported from here
+loads httpx, ``wiretape.proxy.upstream`` or the recording side (an import
+contract in pyproject.toml and tests/unit/test_import_boundaries.py hold it
+to that); what recording and replaying share lives in ``launch.child``,
+``launch.intercept`` and ``store.locate``.
 """
 
 from __future__ import annotations
@@ -16,18 +20,18 @@ from urllib.parse import urlsplit
 
 from wiretape.errors import PortInUse, UsageError
 from wiretape.launch import isolate
-from wiretape.launch.child import Child, resolve_command
+from wiretape.launch.child import Child, forward_signals, resolve_command
 from wiretape.inspect.verdicts import verdict_of
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet
 from wiretape.matching.volatile import compare_volatile
 from wiretape.launch.origins import child_environment
 from wiretape.launch.intercept import (
     Interception,
+    forward_proxy_port,
     known_hosts,
     plain_http_refusal,
     proxy_environment,
 )
-from wiretape.launch.record import _forward_signals, _store_paths, forward_proxy_port
 from wiretape.model import Origin, RunInfo
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy, Substitution
@@ -39,6 +43,7 @@ from wiretape.proxy.replay import Replayer
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
 from wiretape.snapshot.tree import Entry, walk
+from wiretape.store.locate import store_paths
 from wiretape.store.runfile import RunFile
 
 
@@ -90,7 +95,7 @@ def current_state(snapshots: Sequence[tuple[int, str, list[Entry]]],
         if not os.path.isdir(root):
             raise UsageError(f"--state current: the snapshotted folder {root} does not exist "
                              "here; replay the recorded state (--state recorded)")
-        out.append((snapshot_id, root, list(walk(Path(root), exclude=_store_paths(run_path)))))
+        out.append((snapshot_id, root, list(walk(Path(root), exclude=store_paths(run_path)))))
     return out
 
 
@@ -351,7 +356,7 @@ async def replay(
                 child = await Child.start(command, cwd=start_in, env=env, echo_stdout=echo_stdout,
                                           echo_stderr=echo_stderr)
                 child_box.append(child)
-                with _forward_signals(child):
+                with forward_signals(child):
                     result = await child.wait()
                 exit_status, stdout, stderr = result.exit_status, result.stdout, result.stderr
             else:

@@ -19,7 +19,7 @@ from wiretape.model import Ending, Exchange, Frame, Request, Response
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import upstream
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
-from wiretape.proxy.shapes import error_response
+from wiretape.proxy.shapes import unreachable_response
 from wiretape.redaction import redact_request, redact_response
 from wiretape.store.runfile import RunFile
 
@@ -29,15 +29,6 @@ class RecordStats:
     exchanges: int = 0
     body_bytes: int = 0
     failures: list[str] = field(default_factory=list)
-
-
-def unreachable_response(path: bytes, upstream_url: str, reason: str) -> tuple[int, bytes, tuple[tuple[bytes, bytes], ...], bytes]:
-    """The 502 the agent gets when the origin cannot be reached; a replay
-    regenerates it from the stored facts so the agent sees the same."""
-    headers, body = error_response(
-        path, 502, "origin_unreachable", f"wiretape: origin {upstream_url} unreachable: {reason}"
-    )
-    return 502, b"Bad Gateway", headers, body
 
 
 class Recorder:
