@@ -1,6 +1,6 @@
 """What each entry point loads, checked in a fresh interpreter: the replay
 path loads no upstream client (DESIGN.md, "No provider fallback in
-replay").
+replay"), and ``wiretape --help`` loads none of the engine.
 
 The import contracts in pyproject.toml say the same of the import graph;
 these tests watch ``sys.modules`` of a real process, lazy imports included.
@@ -13,9 +13,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 #: No module of these may be loaded by a replay.
 UPSTREAM_CLIENT = ("httpx", "httpcore", "wiretape.proxy.upstream", "wiretape.proxy.record",
                    "wiretape.launch.record")
+
+#: No module of these may be loaded by ``wiretape --help``: the commands
+#: import the engine when they run.
+ENGINE = ("httpx", "httpcore", "h11", "cryptography", "rapidfuzz", "zstandard", "yaml",
+          "asyncio", "wiretape.launch", "wiretape.proxy", "wiretape.store", "wiretape.matching",
+          "wiretape.inspect", "wiretape.intercept", "wiretape.suite.runner", "wiretape.api",
+          "wiretape.attach", "wiretape.demo")
 
 def _loaded(names: list[str], prefixes: tuple[str, ...]) -> list[str]:
     return sorted(n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes))
@@ -86,3 +95,17 @@ def test_a_replay_from_python_loads_no_upstream_client(tmp_path: Path) -> None:
     names = _modules_after(REPLAY, str(tmp_path / "run.wtape"))
     assert "wiretape.proxy.replay" in names
     assert _loaded(names, UPSTREAM_CLIENT) == []
+
+
+@pytest.mark.parametrize("args", [["--help"], ["record", "--help"], ["replay", "--help"],
+                                  ["check", "--help"], ["show", "--help"]])
+def test_help_loads_none_of_the_engine(args: list[str]) -> None:
+    # `python -X importtime` names every module the process imported.
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "wiretape", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: wiretape")
+    names = [line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+             if line.startswith("import time:") and "|" in line]
+    assert "wiretape.cli.main" in names
+    assert _loaded(names, ENGINE) == []

@@ -19,7 +19,7 @@ from wiretape import __version__
 from wiretape.errors import RunFileError, UsageError
 from wiretape.launch.child import Child, forward_signals, resolve_command
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins, proxy_url
-from wiretape.model import Origin, RunInfo
+from wiretape.model import DEFAULT_MAX_BODY, Origin, RunInfo
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.snapshot.tree import DEFAULT_MAX_BYTES, Change, Entry, compare, walk
 from wiretape.launch.intercept import (
@@ -31,7 +31,7 @@ from wiretape.launch.intercept import (
     proxy_environment,
 )
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY, plain_error
+from wiretape.proxy.http1 import plain_error
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response

@@ -32,13 +32,13 @@ from wiretape.launch.intercept import (
     plain_http_refusal,
     proxy_environment,
 )
-from wiretape.model import Origin, RunInfo
+from wiretape.model import DEFAULT_MAX_BODY, Origin, RunInfo
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy, Substitution
 from wiretape.playback.pacing import Pace
 from wiretape.playback.verdict import Verdict
 from wiretape.proxy.connect import ConnectProxy
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY, plain_error
+from wiretape.proxy.http1 import plain_error
 from wiretape.proxy.replay import Replayer
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response

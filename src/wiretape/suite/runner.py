@@ -27,10 +27,9 @@ from wiretape.errors import WiretapeError
 from wiretape.inspect.verdicts import verdict_of
 from wiretape.playback.verdict import Verdict
 from wiretape.store.runfile import RunFile
+from wiretape.suite import DEFAULT_TIMEOUT_S
 from wiretape.suite.schedule import pick
 
-#: Seconds a replay may take before it is stopped (SIGTERM, then SIGKILL).
-DEFAULT_TIMEOUT_S = 300.0
 #: Seconds between SIGTERM and SIGKILL when a replay is stopped.
 STOP_GRACE_S = 10.0
 _KEEP_STDERR = 8192  # bytes of a replay's stderr kept for its error message
