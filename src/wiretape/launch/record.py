@@ -18,7 +18,7 @@ from typing import BinaryIO
 from wiretape import __version__
 from wiretape.errors import RunFileError, UsageError
 from wiretape.launch.child import Child, forward_signals, resolve_command
-from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins, proxy_url
+from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins
 from wiretape.model import DEFAULT_MAX_BODY, Origin, RunInfo
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.snapshot.tree import DEFAULT_MAX_BYTES, Change, Entry, compare, walk
@@ -245,6 +245,3 @@ def take_snapshots(roots: Sequence[Path], *, exclude: frozenset[Path],
         out.append((root, entries))
     return out
 
-
-def listening_urls(origins: Sequence[Origin]) -> list[tuple[str, str]]:
-    return [(o.name, proxy_url(o.upstream, o.port)) for o in origins]

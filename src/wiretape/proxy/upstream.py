@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import httpcore._backends.anyio  # noqa: F401  (loaded here, not on the first forwarded request)
 import httpx
 
 from wiretape.model import Request

@@ -215,9 +215,6 @@ class RunFile:
             row = self._db.execute("SELECT value FROM meta WHERE key = 'connect'").fetchone()
         return json.loads(row[0]) if row else None
 
-    def set_env_names(self, names: Sequence[str]) -> None:
-        self._set_meta({"env_names": sorted(names)})
-
     def finish(self, exit_status: int | None, stdout: bytes, stderr: bytes) -> None:
         """Store the child's exit status and captured output."""
         self._set_meta(
