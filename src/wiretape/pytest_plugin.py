@@ -264,20 +264,18 @@ class _Session:
                 upstream, port=port or 0, out=self._new_run_path())
         else:
             proxy = wiretape.replaying(self._replay_copy(), mode=self._mode(), port=port,
-                              substitutions=self.settings.substitutions,
-                              allow_substitutions=self.settings.allow_substitutions)
+                                       substitutions=self.settings.substitutions,
+                                       allow_substitutions=self.settings.allow_substitutions)
         self.proxy = proxy.__enter__()
         return self.proxy
 
     def close_proxy(self, *, test_passed: bool) -> None:
-        import wiretape
-
         proxy, self.proxy = self.proxy, None
         if proxy is None:
             return
         proxy.__exit__(None, None, None)
-        if isinstance(proxy, wiretape.ReplayingProxy):
-            self.verdicts.append(proxy.verdict)
+        if not self.recording:  # open_proxy made a ReplayingProxy
+            self.verdicts.append(cast("ReplayingProxy", proxy).verdict)
         elif test_passed:
             self._keep_new_run()
 
