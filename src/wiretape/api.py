@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, TypeVar
 
 from wiretape.errors import UsageError
-from wiretape.model import Origin
+from wiretape.model import DEFAULT_MAX_BODY, Origin
 from wiretape.playback.verdict import Verdict
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer

@@ -2,7 +2,8 @@
 
 Starts the scripted fake provider, records the bundled example agent (the
 real openai SDK in a tool loop), stops the provider, replays the run, and
-reports the verdict and where the run file is.
+reports the verdict and where the run file is. The lines are said through
+the caller (the command line), which also words the recording's summary.
 """
 
 from __future__ import annotations
@@ -11,20 +12,25 @@ import asyncio
 import io
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from wiretape.cli import render
-from wiretape.launch.record import record
+from wiretape.launch.record import RecordResult, record
 from wiretape.launch.replay import ReplaySettings, replay
+from wiretape.playback.text import Style, plain
 from wiretape.store.locate import runs_dir
+from wiretape.store.runfile import RunFile
 from wiretape.testing import FakeProvider, demo_script
 
 QUESTION = "How many pieces of fruit are listed in inventory.txt?"
 
 
-def run_demo(keep_dir: Path | None, say: Callable[[str], None]) -> int:
-    """Run the demo; return the replay's exit code (0 when it passes)."""
+def run_demo(keep_dir: Path | None, say: Callable[[str], None], *,
+             summarise: Callable[[RecordResult], Sequence[str]],
+             style: Style = plain) -> int:
+    """Run the demo; return the replay's exit code (0 when it passes).
+    ``say`` prints a line, ``summarise`` words the recording, ``style``
+    colours the divergence report."""
     t0 = time.monotonic()
     directory = keep_dir or runs_dir()
     argv = [sys.executable, "-m", "wiretape.examples.tool_agent", QUESTION]
@@ -35,7 +41,7 @@ def run_demo(keep_dir: Path | None, say: Callable[[str], None]) -> int:
             upstreams=[("openai", provider.url + "/v1")], snapshots=[],
             echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO(),
         ))
-    for line in render.record_summary(recorded):
+    for line in summarise(recorded):
         say(line)
     if recorded.exit_status != 0 or recorded.exchanges == 0:
         # A demo whose agent never ran would replay "the same" failure and pass.
@@ -47,8 +53,8 @@ def run_demo(keep_dir: Path | None, say: Callable[[str], None]) -> int:
     verdict = asyncio.run(replay(recorded.path, argv, ReplaySettings(),
                                  echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO()))
     say("wiretape demo: 3/3 verdict")
-    say(render.verdict_line(verdict))
-    for line in render.verdict_details(verdict):
+    say(verdict.line())
+    for line in verdict.details(style):
         say(line)
     say(f"wiretape demo: run file {recorded.path} (try `wiretape show {recorded.path}`); "
         f"{time.monotonic() - t0:.1f} s in all")
@@ -56,8 +62,6 @@ def run_demo(keep_dir: Path | None, say: Callable[[str], None]) -> int:
 
 
 def recorded_answer(path: Path) -> str:
-    from wiretape.store.runfile import RunFile
-
     with RunFile.open(path) as run:
         return run.info().stdout.decode("utf-8", "replace").strip()
 

@@ -20,6 +20,10 @@ from typing import Literal, NotRequired, TypeAlias, TypedDict, cast
 Header = tuple[bytes, bytes]
 Headers = tuple[Header, ...]
 
+#: The largest request body a proxy accepts unless told otherwise (bytes);
+#: a larger one gets 413.
+DEFAULT_MAX_BODY = 64 * 1024 * 1024
+
 
 class Ending(enum.StrEnum):
     """How a recorded exchange ended (DESIGN.md, "The run file")."""

@@ -37,9 +37,8 @@ from typing import TYPE_CHECKING, cast
 import pytest
 
 if TYPE_CHECKING:
-    from wiretape.api import ModeName, Run
-    from wiretape.attach import RecordingProxy, ReplayingProxy
-    from wiretape.playback.verdict import Verdict
+    from wiretape import RecordingProxy, ReplayingProxy, Run, Verdict
+    from wiretape.api import ModeName
 
 __all__ = ["AgentResult", "AgentRunner"]
 
@@ -256,29 +255,27 @@ class _Session:
     # -- an agent in this process --------------------------------------------------------------
 
     def open_proxy(self, upstream: str | Mapping[str, str] | None) -> RecordingProxy | ReplayingProxy:
-        from wiretape.attach import recording, replaying
+        import wiretape
 
         port = self.settings.port
         if self.recording:
             assert upstream is not None
-            proxy: RecordingProxy | ReplayingProxy = recording(
+            proxy: RecordingProxy | ReplayingProxy = wiretape.recording(
                 upstream, port=port or 0, out=self._new_run_path())
         else:
-            proxy = replaying(self._replay_copy(), mode=self._mode(), port=port,
-                              substitutions=self.settings.substitutions,
-                              allow_substitutions=self.settings.allow_substitutions)
+            proxy = wiretape.replaying(self._replay_copy(), mode=self._mode(), port=port,
+                                       substitutions=self.settings.substitutions,
+                                       allow_substitutions=self.settings.allow_substitutions)
         self.proxy = proxy.__enter__()
         return self.proxy
 
     def close_proxy(self, *, test_passed: bool) -> None:
-        from wiretape.attach import ReplayingProxy
-
         proxy, self.proxy = self.proxy, None
         if proxy is None:
             return
         proxy.__exit__(None, None, None)
-        if isinstance(proxy, ReplayingProxy):
-            self.verdicts.append(proxy.verdict)
+        if not self.recording:  # open_proxy made a ReplayingProxy
+            self.verdicts.append(cast("ReplayingProxy", proxy).verdict)
         elif test_passed:
             self._keep_new_run()
 
@@ -328,11 +325,9 @@ class _Session:
                 self.item.add_report_section(
                     "call", "wiretape", f"the new recording was not saved (the test failed); "
                     f"{self.run_path} is unchanged")
-        from wiretape.cli.render import verdict_line
-
         reports = []
         for verdict in self.verdicts:
-            self.item.add_report_section("call", "wiretape", verdict_line(verdict))
+            self.item.add_report_section("call", "wiretape", verdict.line())
             if not verdict.passed:
                 reports.append(failure_report(verdict, self.run_path))
         self.verdicts.clear()
@@ -348,11 +343,7 @@ class _Session:
 
 def failure_report(verdict: Verdict, run_path: Path) -> str:
     """The verdict line, the divergence report (plain text), and what to do."""
-    import click
-
-    from wiretape.cli.render import verdict_details, verdict_line
-
-    lines = [verdict_line(verdict), *(click.unstyle(line) for line in verdict_details(verdict))]
+    lines = [verdict.line(), *verdict.details()]
     lines.append(f"wiretape: run {run_path}; if the change is intended, record it again with "
                  f"`pytest {RECORD_OPTION}`")
     return "\n".join(lines)

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from wiretape.launch.origins import KNOWN_ORIGINS, OriginSpec
+from wiretape.origins import KNOWN_ORIGINS, OriginSpec
 from wiretape.testing import FakeProvider, TextTurn
 
 PROBE = Path(__file__).resolve().parent / "clients" / "origin_probe.py"

@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import pytest
 
-from wiretape.launch.origins import KNOWN_ORIGINS
+from wiretape.origins import KNOWN_ORIGINS
 from wiretape.testing import FakeProvider, TextTurn, ToolCall, ToolCallTurn, Turn
 
 CLIENTS = Path(__file__).resolve().parent / "clients"

@@ -8,8 +8,8 @@ import pytest
 
 from wiretape.errors import UsageError
 from wiretape.launch.intercept import intercept_hosts, proxy_environment
+from wiretape.origins import parse_resolve
 from wiretape.proxy.connect import split_authority
-from wiretape.proxy.upstream import parse_resolve
 
 
 @pytest.mark.parametrize(("target", "expected"), [

@@ -3,7 +3,7 @@ from __future__ import annotations
 import hashlib
 
 from wiretape.model import Frame, Request, Response
-from wiretape.store.redaction import REDACTED, redact_request, redact_response
+from wiretape.redaction import REDACTED, redact_request, redact_response
 
 OPENAI_KEY = b"sk-proj-" + b"A1b2C3d4" * 5
 ANTHROPIC_KEY = b"sk-ant-api03-" + b"Z9y8X7w6" * 5

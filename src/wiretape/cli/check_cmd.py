@@ -8,25 +8,21 @@ replaying are ``wiretape.suite``'s; the verdict text is ``render``'s.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from wiretape.cli import render
 from wiretape.errors import UsageError
 from wiretape.model import facets
-from wiretape.suite.discover import SUFFIX, find_runs
-from wiretape.suite.runner import (
-    DEFAULT_TIMEOUT_S,
-    CheckResult,
-    Status,
-    check_runs,
-    default_jobs,
-)
+from wiretape.suite import DEFAULT_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from wiretape.suite.runner import CheckResult
 
 HEADER = ["run", "result", "recorded", "exact", "substituted", "diverged", "missing", "unused",
           "outcome", "time"]
@@ -107,6 +103,11 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
       wiretape check tests/runs --junit-xml wiretape.xml
       wiretape check run_a.wtape run_b.wtape -j 2 --diagnostic
     """
+    import asyncio
+
+    from wiretape.suite.discover import SUFFIX, find_runs
+    from wiretape.suite.runner import Status, check_runs, default_jobs
+
     runs = find_runs(paths)
     if not runs:
         raise UsageError(f"no run files (*{SUFFIX}) in {', '.join(map(str, paths))}: record "

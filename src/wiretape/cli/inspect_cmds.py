@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from wiretape.cli import inspect_render as text
 from wiretape.cli.render import table, verdict_line
 from wiretape.errors import UsageError
-from wiretape.inspect.overview import RunOverview, overview
-from wiretape.inspect.progress import Progress
-from wiretape.store.locate import resolve_run
-from wiretape.store.runfile import RunFile
+
+if TYPE_CHECKING:
+    from wiretape.inspect.overview import RunOverview
 
 
 def _read(run: str, label: str) -> RunOverview:
+    from wiretape.inspect.overview import overview
+    from wiretape.inspect.progress import Progress
+    from wiretape.store.locate import resolve_run
+
     progress = Progress.on_stderr(label, None)
     try:
         return overview(resolve_run(run), progress.advance, progress.set_total)
@@ -29,6 +32,8 @@ def _read(run: str, label: str) -> RunOverview:
 
 
 def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, object]:
+    from wiretape.cli import inspect_render as text
+
     info = ov.info
     if seq is not None:
         exchange = next(e for e in ov.exchanges if e.seq == seq)
@@ -71,6 +76,8 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
       wiretape show run_0123456789ab
       wiretape show run_0123456789ab --exchange 1 --frames
     """
+    from wiretape.cli import inspect_render as text
+
     if frames and seq is None:
         raise UsageError("--frames goes with --exchange N")
     ov = _read(run, "reading")
@@ -141,6 +148,9 @@ def export(run: str, har_file: Path) -> None:
       wiretape export run_0123456789ab --har run.har
     """
     from wiretape.inspect.har import export_har
+    from wiretape.inspect.progress import Progress
+    from wiretape.store.locate import resolve_run
+    from wiretape.store.runfile import RunFile
 
     path = resolve_run(run)
     with RunFile.open(path) as rf:
@@ -177,6 +187,8 @@ def import_cmd(har_file: Path | None, vcr_file: Path | None, out: Path | None) -
       wiretape import --vcr tests/cassettes/test_chat.yaml
       wiretape import --har run.har -o copy.wtape
     """
+    from wiretape.inspect.progress import Progress
+
     if (har_file is None) == (vcr_file is None):
         raise UsageError("give exactly one of --har FILE or --vcr FILE")
     progress = Progress.on_stderr("importing", None)

@@ -1,11 +1,14 @@
 """The command line: parsing, and printing what the other parts return.
 
 Every user error is one line on stderr and exit status 2; no traceback.
+
+The engine (launch, proxy, store, matching and the libraries under them) is
+imported inside the commands, so ``wiretape --help`` loads only click and
+these definitions.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import sqlite3
@@ -19,18 +22,14 @@ import click
 from wiretape import __version__
 from wiretape.cli import render
 from wiretape.errors import UsageError, WiretapeError
-from wiretape.launch.origins import parse_pairs
-from wiretape.model import Origin
-from wiretape.playback.decide import Mode, Substitution
-from wiretape.playback.pacing import Pace
+from wiretape.model import DEFAULT_MAX_BODY
 from wiretape.playback.verdict import EXIT_USAGE
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY
 from wiretape.snapshot.tree import DEFAULT_MAX_BYTES as DEFAULT_SNAPSHOT_MAX
-from wiretape.store.locate import resolve_run, runs_dir
-from wiretape.store.runfile import RunFile
 
 if TYPE_CHECKING:
     from wiretape.launch.intercept import InterceptionArguments
+    from wiretape.model import Origin
+    from wiretape.playback.decide import Mode, Substitution
 
 T = TypeVar("T")
 #: A function being made a click command.
@@ -46,14 +45,6 @@ def _fail(exc: WiretapeError) -> None:
     sys.exit(exc.exit_code)
 
 
-def _run(fn: Callable[[], T]) -> T:
-    try:
-        return fn()
-    except WiretapeError as exc:
-        _fail(exc)
-        raise AssertionError("unreachable") from exc
-
-
 def _ports(values: Sequence[str]) -> list[tuple[str | None, int]]:
     out: list[tuple[str | None, int]] = []
     for value in values:
@@ -65,6 +56,9 @@ def _ports(values: Sequence[str]) -> list[tuple[str | None, int]]:
 
 
 def _substitutions(values: Sequence[str]) -> tuple[Substitution, ...]:
+    from wiretape.launch.origins import parse_pairs
+    from wiretape.playback.decide import Substitution
+
     return tuple(Substitution(o.encode(), n.encode()) for o, n in parse_pairs(values, "--substitute", "OLD=NEW"))
 
 
@@ -151,6 +145,9 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
       wiretape record --upstream custom=http://127.0.0.1:9000/v1 --port 8089 -- nanobot agent -m hi
       wiretape record --intercept -- python my_agent.py
     """
+    import asyncio
+
+    from wiretape.launch.origins import parse_pairs
     from wiretape.launch.record import record as do_record
 
     if no_snapshot and snapshot_paths:
@@ -167,6 +164,8 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
 
 
 def _mode(strict: bool, diagnostic: bool) -> Mode:
+    from wiretape.playback.decide import Mode
+
     if strict and diagnostic:
         raise UsageError("--strict and --diagnostic exclude each other")
     return Mode.DIAGNOSTIC if diagnostic else Mode.STRICT
@@ -218,7 +217,11 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
       wiretape replay run_0123456789ab
       wiretape replay --diagnostic run.wtape -- python agent.py
     """
+    import asyncio
+
     from wiretape.launch.replay import ReplaySettings, replay as do_replay
+    from wiretape.playback.pacing import Pace
+    from wiretape.store.locate import resolve_run
 
     settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace),
                               substitutions=_substitutions(substitutes),
@@ -265,6 +268,8 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
       wiretape serve --record --upstream https://api.openai.com/v1 --port 8089
       wiretape serve --replay run_0123456789ab
     """
+    import asyncio
+
     if record_mode == bool(replay_run):
         raise UsageError("give exactly one of --record or --replay RUN")
     stop = asyncio.Event()
@@ -304,6 +309,9 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
             _say(line)
         sys.exit(0)
     from wiretape.launch.replay import ReplaySettings, replay as do_replay
+    from wiretape.playback.pacing import Pace
+    from wiretape.store.locate import resolve_run
+    from wiretape.store.runfile import RunFile
 
     assert replay_run is not None
     run_path = resolve_run(replay_run)
@@ -354,7 +362,9 @@ def verdict(run: str, replay_id: str | None, as_json: bool) -> None:
     Example:
       wiretape verdict run_0123456789ab --json
     """
-    from wiretape.launch.replay import verdict_of
+    from wiretape.inspect.verdicts import verdict_of
+    from wiretape.store.locate import resolve_run
+    from wiretape.store.runfile import RunFile
 
     with RunFile.open(resolve_run(run)) as rf:
         v = verdict_of(rf, replay_id)
@@ -379,7 +389,9 @@ def ls_runs(as_json: bool) -> None:
     Example:
       wiretape ls
     """
-    from wiretape.launch.replay import verdict_of
+    from wiretape.inspect.verdicts import verdict_of
+    from wiretape.store.locate import runs_dir
+    from wiretape.store.runfile import RunFile
 
     rows, data = [], []
     for path in sorted(runs_dir().glob("*.wtape")):
@@ -417,6 +429,8 @@ def diff(run_a: str, run_b: str, as_json: bool) -> None:
       wiretape diff run_0123456789ab run_ba9876543210
     """
     from wiretape.inspect.diff import diff_runs
+    from wiretape.store.locate import resolve_run
+    from wiretape.store.runfile import RunFile
 
     with RunFile.open(resolve_run(run_a)) as a, RunFile.open(resolve_run(run_b)) as b:
         result = diff_runs(a.exchanges(), b.exchanges())
@@ -441,7 +455,7 @@ def demo(keep_dir: Path | None) -> None:
     """
     from wiretape.demo import run_demo
 
-    sys.exit(run_demo(keep_dir, _say))
+    sys.exit(run_demo(keep_dir, _say, summarise=render.record_summary, style=click.style))
 
 
 # Showing what an agent did: show, report, export, import.

@@ -42,7 +42,7 @@ from wiretape.model import (
     RunInfo,
     header_value,
 )
-from wiretape.proxy.upstream import parse_upstream
+from wiretape.origins import parse_upstream
 
 _NO_TIMING = {"blocked": -1, "dns": -1, "connect": -1, "ssl": -1}
 

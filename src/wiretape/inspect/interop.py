@@ -20,11 +20,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from wiretape import __version__
-from wiretape.launch.origins import KNOWN_ORIGINS
 from wiretape.matching.documents import decoded_body
 from wiretape.model import Exchange, Frame, Headers, Origin, Redaction, Response, RunInfo
+from wiretape.origins import KNOWN_ORIGINS
+from wiretape.redaction import REDACTED, fingerprint, redact_request, redact_response
 from wiretape.store.locate import new_run_id, runs_dir
-from wiretape.store.redaction import REDACTED, fingerprint, redact_request, redact_response
 from wiretape.store.runfile import RunFile
 
 #: A redaction fact about a value that was already the marker is no fact.

@@ -13,6 +13,7 @@ from pathlib import Path
 from wiretape.inspect.formats import ExchangeView, read_exchange
 from wiretape.inspect.ledger import Ledger, build_ledger
 from wiretape.inspect.timeline import TimelineRow, timeline
+from wiretape.inspect.verdicts import verdict_of
 from wiretape.model import Exchange, RunInfo
 from wiretape.playback.verdict import Verdict
 from wiretape.store.runfile import RunFile
@@ -32,8 +33,6 @@ class RunOverview:
 def overview(path: Path, advance: Callable[[], None] = lambda: None,
              on_total: Callable[[int], None] = lambda n: None) -> RunOverview:
     """Read the run at ``path``. Raises RunFileError."""
-    from wiretape.launch.replay import verdict_of
-
     with RunFile.open(path) as run:
         info = run.info()
         on_total(run.exchange_count())

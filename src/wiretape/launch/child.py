@@ -137,6 +137,24 @@ class Child:
             self.signal_group(signal.SIGKILL)
 
 
+@contextlib.contextmanager
+def forward_signals(child: Child) -> Iterator[None]:
+    """While the child runs, SIGINT/SIGTERM to wiretape go to its group."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, child.signal_group, sig)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
 def _hand_terminal_to(pgid: int) -> int | None:
     """Make the agent's process group the terminal's foreground group, so
     an interactive agent can read its terminal (a background group reading

@@ -20,10 +20,9 @@ from urllib.parse import urlsplit
 
 from wiretape.errors import UsageError
 from wiretape.intercept.ca import RunCA
-from wiretape.launch.origins import KNOWN_ORIGINS
 from wiretape.model import Request
+from wiretape.origins import KNOWN_ORIGINS, UpstreamOptions, parse_resolve
 from wiretape.proxy.http1 import ClientConnection, ErrorBody, Handler
-from wiretape.proxy.upstream import UpstreamOptions, parse_resolve
 
 #: Variables naming the forward proxy. Both cases: curl reads only the
 #: lower-case ``http_proxy``; httpx and requests prefer lower case when both
@@ -88,6 +87,17 @@ def intercept_hosts(extra: Sequence[str]) -> dict[str, str]:
     for host in extra:
         hosts.setdefault(host.strip().lower(), host.strip().lower())
     return hosts
+
+
+def forward_proxy_port(ports: Sequence[tuple[str | None, int]]) -> int:
+    """The forward proxy's port: ``--port N`` (or ``--port proxy=N``), else any.
+    Raises UsageError for a port named after an origin."""
+    for name, port in ports:
+        if name in (None, "proxy"):
+            return port
+        raise UsageError(f"--port {name}={port}: with --intercept there is one port, the "
+                         "forward proxy's: give --port N")
+    return 0
 
 
 def plain_http_refusal(error_body: ErrorBody,

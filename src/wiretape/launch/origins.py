@@ -1,9 +1,5 @@
-"""The table of known origins and the child variables that point at them.
-
-One row per provider origin: its default upstream and every environment
-variable its client libraries read as a base URL. Each row is verified with
-the real client library in tests/e2e/test_origins.py. Keep it the one place
-that knows these names.
+"""The origins a recording listens for and the child variables that point
+at them. The table of known origins itself is ``wiretape.origins``'s.
 """
 
 from __future__ import annotations
@@ -13,27 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from wiretape.errors import InvalidUpstream, UsageError
-from wiretape.proxy.upstream import parse_upstream
-
-
-@dataclass(frozen=True)
-class OriginSpec:
-    name: str
-    default_upstream: str
-    env_vars: tuple[str, ...]
-
-
-KNOWN_ORIGINS: tuple[OriginSpec, ...] = (
-    # openai-python reads OPENAI_BASE_URL; LiteLLM's OpenAI provider reads
-    # OPENAI_BASE_URL, else OPENAI_API_BASE (as do LangChain and openai<1).
-    OriginSpec("openai", "https://api.openai.com/v1", ("OPENAI_BASE_URL", "OPENAI_API_BASE")),
-    # anthropic-sdk-python reads ANTHROPIC_BASE_URL.
-    OriginSpec("anthropic", "https://api.anthropic.com", ("ANTHROPIC_BASE_URL",)),
-    # google-genai reads GOOGLE_GEMINI_BASE_URL for the Gemini Developer API
-    # (not for Vertex AI, which has its own hosts); it appends the API version
-    # and method path (/v1/models/M:generateContent) itself.
-    OriginSpec("gemini", "https://generativelanguage.googleapis.com", ("GOOGLE_GEMINI_BASE_URL",)),
-)
+from wiretape.origins import KNOWN_ORIGINS, parse_upstream
 
 
 @dataclass(frozen=True)

@@ -8,35 +8,34 @@ bad input leaves nothing half-made behind.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from wiretape import __version__
 from wiretape.errors import RunFileError, UsageError
-from wiretape.launch.child import Child, resolve_command
-from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins, proxy_url
-from wiretape.model import Origin, RunInfo
-from wiretape.snapshot.tree import DEFAULT_MAX_BYTES, Change, Entry, compare, walk
+from wiretape.launch.child import Child, forward_signals, resolve_command
 from wiretape.launch.intercept import (
-    InterceptSettings,
     Interception,
+    InterceptSettings,
+    forward_proxy_port,
     intercept_hosts,
     plain_http_refusal,
     proxy_environment,
 )
+from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins
+from wiretape.model import DEFAULT_MAX_BODY, Origin, RunInfo
+from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY, ErrorBody, Handler, plain_error
+from wiretape.proxy.http1 import ErrorBody, Handler, plain_error
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
-from wiretape.proxy.upstream import UpstreamOptions, parse_upstream
-from wiretape.store.locate import new_run_id, runs_dir
+from wiretape.snapshot.tree import DEFAULT_MAX_BYTES, Change, Entry, compare, walk
+from wiretape.store.locate import new_run_id, runs_dir, store_paths
 from wiretape.store.runfile import RunFile
 
 
@@ -129,7 +128,7 @@ async def record(
     roots = [Path(cwd)] if snapshots is None and argv is not None else list(snapshots or [])
     # Folders made to hold the run file are wiretape's doing, not the agent's.
     made_for_run = frozenset(p for p in path.absolute().parents if not p.exists())
-    taken = take_snapshots(roots, exclude=_store_paths(path), max_bytes=snapshot_max)
+    taken = take_snapshots(roots, exclude=store_paths(path), max_bytes=snapshot_max)
     listeners = Listeners(max_body=max_body)
     recorder_ref: list[Recorder] = []
     run_ref: list[RunFile] = []
@@ -188,7 +187,7 @@ async def record(
         if argv is not None:
             child = await Child.start(argv, cwd=cwd, env=env, echo_stdout=echo_stdout,
                                       echo_stderr=echo_stderr)
-            with _forward_signals(child):
+            with forward_signals(child):
                 result = await child.wait()
             exit_status, stdout, stderr = result.exit_status, result.stdout, result.stderr
         else:
@@ -203,7 +202,7 @@ async def record(
             run.set_connect_report(connect.report.to_json())
         run.finish(exit_status, stdout, stderr)
         for snapshot_id, root, entries in snapshot_ids:
-            after = {e.path: e for e in walk(root, exclude=_store_paths(path) | made_for_run)}
+            after = {e.path: e for e in walk(root, exclude=store_paths(path) | made_for_run)}
             changes = compare({e.path: e for e in entries}, after)
             run.set_outcome_changes(snapshot_id, changes, _kept_contents(changes, after))
         exchanges, body_bytes = run.exchange_count(), run.body_bytes()
@@ -230,24 +229,6 @@ def _store_connect_report(run_ref: list[RunFile], report: ConnectReport) -> None
         run_ref[0].set_connect_report(report.to_json())
 
 
-def forward_proxy_port(ports: Sequence[tuple[str | None, int]]) -> int:
-    """The forward proxy's port: ``--port N`` (or ``--port proxy=N``), else any.
-    Raises UsageError for a port named after an origin."""
-    for name, port in ports:
-        if name in (None, "proxy"):
-            return port
-        raise UsageError(f"--port {name}={port}: with --intercept there is one port, the "
-                         "forward proxy's: give --port N")
-    return 0
-
-
-def _store_paths(run_path: Path) -> frozenset[Path]:
-    """What a snapshot never includes: the store and the run file itself."""
-    base = run_path.resolve()
-    return frozenset({runs_dir().parent.resolve(), base, Path(str(base) + "-wal"),
-                      Path(str(base) + "-shm"), Path(str(base) + "-journal")})
-
-
 def take_snapshots(roots: Sequence[Path], *, exclude: frozenset[Path],
                    max_bytes: int) -> list[tuple[Path, list[Entry]]]:
     """Read each tree (``~`` expanded, made absolute). Raises UsageError for
@@ -264,24 +245,3 @@ def take_snapshots(roots: Sequence[Path], *, exclude: frozenset[Path],
         out.append((root, entries))
     return out
 
-
-@contextlib.contextmanager
-def _forward_signals(child: Child) -> Iterator[None]:
-    """While the child runs, SIGINT/SIGTERM to wiretape go to its group."""
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, child.signal_group, sig)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
-    try:
-        yield
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-
-
-def listening_urls(origins: Sequence[Origin]) -> list[tuple[str, str]]:
-    return [(o.name, proxy_url(o.upstream, o.port)) for o in origins]

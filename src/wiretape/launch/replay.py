@@ -1,6 +1,10 @@
 """A replay session: the run's origins served from its tape on their
 recorded ports when free, the agent run again, the verdict computed and
-stored. No upstream client exists on this path.
+stored. No upstream client exists on this path: nothing imported from here
+loads httpx, ``wiretape.proxy.upstream`` or the recording side (an import
+contract in pyproject.toml and tests/unit/test_import_boundaries.py hold it
+to that); what recording and replaying share lives in ``launch.child``,
+``launch.intercept`` and ``store.locate``.
 """
 
 from __future__ import annotations
@@ -16,29 +20,38 @@ from urllib.parse import urlsplit
 
 from wiretape.errors import PortInUse, UsageError
 from wiretape.launch import isolate
-from wiretape.launch.child import Child, resolve_command
-from wiretape.inspect.summary import request_summary
+from wiretape.launch.child import Child, forward_signals, resolve_command
+from wiretape.inspect.verdicts import verdict_of
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet
 from wiretape.matching.volatile import compare_volatile
 from wiretape.launch.origins import child_environment
 from wiretape.launch.intercept import (
     Interception,
+    forward_proxy_port,
     known_hosts,
     plain_http_refusal,
     proxy_environment,
 )
-from wiretape.launch.record import _forward_signals, _store_paths, forward_proxy_port
-from wiretape.model import IsolationFacet, Origin, Outcome, ReplayRow, RunInfo, SandboxPaths
+from wiretape.model import (
+    DEFAULT_MAX_BODY,
+    IsolationFacet,
+    Origin,
+    Outcome,
+    ReplayRow,
+    RunInfo,
+    SandboxPaths,
+)
+from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy, Substitution
 from wiretape.playback.pacing import Pace
-from wiretape.playback.verdict import ExchangeSummary, Verdict, compute
+from wiretape.playback.verdict import Verdict
 from wiretape.proxy.connect import ConnectProxy
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY, plain_error
+from wiretape.proxy.http1 import plain_error
 from wiretape.proxy.replay import Replayer
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
-from wiretape.proxy.upstream import parse_upstream
 from wiretape.snapshot.tree import Entry, walk
+from wiretape.store.locate import store_paths
 from wiretape.store.runfile import RunFile
 
 
@@ -90,7 +103,7 @@ def current_state(snapshots: Sequence[tuple[int, str, list[Entry]]],
         if not os.path.isdir(root):
             raise UsageError(f"--state current: the snapshotted folder {root} does not exist "
                              "here; replay the recorded state (--state recorded)")
-        out.append((snapshot_id, root, list(walk(Path(root), exclude=_store_paths(run_path)))))
+        out.append((snapshot_id, root, list(walk(Path(root), exclude=store_paths(run_path)))))
     return out
 
 
@@ -102,33 +115,6 @@ def _short_diff(recorded: bytes, replayed: bytes, limit: int = 2000) -> str:
                                  fromfile="recorded stdout", tofile="replayed stdout", n=1)
     text = "".join(lines)
     return text if len(text) <= limit else text[:limit] + "\n... (cut)\n"
-
-
-def verdict_of(run: RunFile, replay_id: str | None = None) -> Verdict | None:
-    """The verdict of ``replay_id`` (default: the latest replay), also for a
-    replay whose process was killed (``complete`` is then False)."""
-    replays = run.replays()
-    if not replays:
-        return None
-    chosen = next((r for r in replays if r["id"] == replay_id), None) if replay_id else replays[-1]
-    if chosen is None:
-        return None
-    info = run.info()
-    rows = run.replay_requests(chosen["id"])
-    exchanges = run.exchanges()
-    seqs = [e.seq for e in exchanges]
-    describe: dict[int, ExchangeSummary] = {
-        e.seq: {"method": e.request.method.decode("latin-1"),
-                "target": e.request.target.decode("latin-1"),
-                "summary": request_summary(e.request)}
-        for e in exchanges
-    }
-    return compute(
-        run_id=info.run_id, replay_id=chosen["id"], mode=chosen["mode"],
-        complete=chosen["ended_at_ns"] is not None, recorded_seqs=seqs, rows=rows,
-        allow_substitutions=bool(chosen["settings"].get("allow_substitutions")),
-        outcome=chosen["outcome"] or {}, describe=describe,
-    )
 
 
 def _wanted_port(origin: Origin, overrides: dict[str | None, int], primary: str) -> tuple[int, bool]:
@@ -378,7 +364,7 @@ async def replay(
                 child = await Child.start(command, cwd=start_in, env=env, echo_stdout=echo_stdout,
                                           echo_stderr=echo_stderr)
                 child_box.append(child)
-                with _forward_signals(child):
+                with forward_signals(child):
                     result = await child.wait()
                 exit_status, stdout, stderr = result.exit_status, result.stdout, result.stderr
             else:

@@ -3,7 +3,7 @@
 Owns the default semantic headers (DESIGN.md, "Matching and the verdict":
 they decide a match, the rest are listed) and the comparison of method,
 target and headers, with secrets redacted before anything is shown (the
-store's redaction rules: a key never reaches a report). Knows nothing of
+rules of ``wiretape.redaction``: a key never reaches a report). Knows nothing of
 bodies.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from wiretape.matching.report import HeaderDiff
 from wiretape.model import Headers, Request
-from wiretape.store.redaction import redact_request
+from wiretape.redaction import redact_request
 
 #: Headers that decide a match (lower-case); others are informational.
 DEFAULT_SEMANTIC_HEADERS: tuple[bytes, ...] = (

@@ -9,6 +9,8 @@ from typing import NotRequired, TypedDict
 
 from wiretape.model import Outcome, ReplayRow, facets
 
+from wiretape.playback import text
+
 #: Exit codes of ``wiretape replay`` (DESIGN.md).
 EXIT_PASS = 0
 EXIT_OUTCOME_DIFFERS = 1
@@ -108,6 +110,18 @@ class Verdict:
         if not self.complete or not self.exchanges_pass:
             return EXIT_EXCHANGES_FAIL
         return EXIT_PASS if self.outcome_same else EXIT_OUTCOME_DIFFERS
+
+    def line(self) -> str:
+        """The verdict in one line of text, as ``wiretape replay`` prints it:
+        PASS or FAIL, the counts, and the outcome."""
+        return text.verdict_line(self)
+
+    def details(self, style: text.Style = text.plain) -> list[str]:
+        """The divergence report as lines of text: each request that was not
+        exact (where and how it differs), what differed in the outcome, what
+        was isolated, and the unused recorded exchanges. ``style`` colours
+        the headings (``click.style`` fits); plain text by default."""
+        return text.verdict_details(self, style)
 
     def to_json(self) -> VerdictJSON:
         return {

@@ -18,10 +18,9 @@ from collections.abc import Awaitable, Callable
 
 import h11
 
-from wiretape.model import Headers, Request
+from wiretape.model import DEFAULT_MAX_BODY, Headers, Request
 from wiretape.proxy.hop import ClientHead, Framing, client_head
 
-DEFAULT_MAX_BODY = 64 * 1024 * 1024  # bytes
 _READ_SIZE = 65536
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # HTTP/2 GOAWAY with HTTP_1_1_REQUIRED (RFC 9113 §6.8, §7: error code 0xd),

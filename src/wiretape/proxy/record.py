@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 import httpx
 
 from wiretape.model import Ending, Exchange, Frame, Request, Response
+from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import upstream
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
-from wiretape.proxy.shapes import error_response
-from wiretape.store.redaction import redact_request, redact_response
+from wiretape.proxy.shapes import unreachable_response
+from wiretape.redaction import redact_request, redact_response
 from wiretape.store.runfile import RunFile
 
 
@@ -30,23 +31,14 @@ class RecordStats:
     failures: list[str] = field(default_factory=list)
 
 
-def unreachable_response(path: bytes, upstream_url: str, reason: str) -> tuple[int, bytes, tuple[tuple[bytes, bytes], ...], bytes]:
-    """The 502 the agent gets when the origin cannot be reached; a replay
-    regenerates it from the stored facts so the agent sees the same."""
-    headers, body = error_response(
-        path, 502, "origin_unreachable", f"wiretape: origin {upstream_url} unreachable: {reason}"
-    )
-    return 502, b"Bad Gateway", headers, body
-
-
 class Recorder:
     """Records exchanges for a set of origins into one run file."""
 
     def __init__(self, run: RunFile, *, on_exchange: Callable[[Exchange], None] | None = None,
-                 options: upstream.UpstreamOptions | None = None) -> None:
+                 options: UpstreamOptions | None = None) -> None:
         self._run = run
         self._seq = itertools.count(0)
-        self._options = options or upstream.UpstreamOptions()
+        self._options = options or UpstreamOptions()
         self._client = upstream.new_client(self._options)
         self._write_lock = asyncio.Lock()
         self._on_exchange = on_exchange
@@ -60,7 +52,7 @@ class Recorder:
         await self._client.aclose()
 
     def handler(self, origin: str, upstream_url: str, connection_id: int) -> Handler:
-        root, host, _ = upstream.parse_upstream(upstream_url)
+        root, host, _ = parse_upstream(upstream_url)
 
         async def handle(conn: ClientConnection, request: Request) -> None:
             await self._forward(conn, request, origin, upstream_url, root, host, connection_id)

@@ -1,5 +1,8 @@
 """Replaying: answer each live request from the recording, never from an
-origin. This module imports no upstream client.
+origin. Neither this module nor anything it imports loads an upstream
+client (httpx, ``wiretape.proxy.upstream``, the recorder): an import
+contract in pyproject.toml and tests/unit/test_import_boundaries.py hold it
+to that.
 
 Owns the tape (what is left to serve, shared by all origins of a run), the
 replay log rows, and writing a recorded response back frame by frame with
@@ -19,9 +22,8 @@ from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail
 from wiretape.playback.decide import Candidate, Decision, Kind, Policy, decide
 from wiretape.playback.pacing import Pace, schedule
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
-from wiretape.proxy.record import unreachable_response
-from wiretape.proxy.shapes import error_response
-from wiretape.store.redaction import redact_request
+from wiretape.proxy.shapes import error_response, unreachable_response
+from wiretape.redaction import redact_request
 from wiretape.store.runfile import RunFile
 
 

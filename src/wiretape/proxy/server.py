@@ -10,7 +10,8 @@ import socket
 from collections.abc import Callable
 
 from wiretape.errors import PortInUse
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY, ClientConnection, ErrorBody, Handler, plain_error, serve_connection
+from wiretape.model import DEFAULT_MAX_BODY
+from wiretape.proxy.http1 import ClientConnection, ErrorBody, Handler, plain_error, serve_connection
 
 LOOPBACK = "127.0.0.1"
 

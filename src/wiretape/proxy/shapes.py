@@ -56,3 +56,13 @@ def error_response(path: bytes, status: int, code: str, message: str) -> tuple[H
         (b"x-wiretape-error", code.encode()),
     )
     return headers, body
+
+
+def unreachable_response(path: bytes, upstream_url: str,
+                         reason: str) -> tuple[int, bytes, Headers, bytes]:
+    """The 502 the agent gets when the origin cannot be reached; a replay
+    regenerates it from the stored facts so the agent sees the same."""
+    headers, body = error_response(
+        path, 502, "origin_unreachable", f"wiretape: origin {upstream_url} unreachable: {reason}"
+    )
+    return 502, b"Bad Gateway", headers, body

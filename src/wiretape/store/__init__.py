@@ -1,4 +1,5 @@
-"""The run file: schema, blobs, redaction, and reading and writing runs."""
+"""The run file: schema, blobs, and reading and writing runs (what is written
+has already been redacted: ``wiretape.redaction``)."""
 
 from wiretape.store.locate import DEFAULT_STORE, new_run_id, resolve_run, runs_dir
 from wiretape.store.runfile import RunFile, open_run

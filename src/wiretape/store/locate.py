@@ -24,6 +24,14 @@ def runs_dir(base: Path | None = None) -> Path:
     return (root or (base or Path.cwd()) / DEFAULT_STORE) / "runs"
 
 
+def store_paths(run_path: Path) -> frozenset[Path]:
+    """What a snapshot never includes: the store and the run file itself
+    (with SQLite's files beside it)."""
+    base = run_path.resolve()
+    return frozenset({runs_dir().parent.resolve(), base, Path(str(base) + "-wal"),
+                      Path(str(base) + "-shm"), Path(str(base) + "-journal")})
+
+
 def resolve_run(ref: str, base: Path | None = None) -> Path:
     """The run file named by ``ref``: a path, or a run id under ``runs_dir()``.
 

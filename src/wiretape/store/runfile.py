@@ -226,9 +226,6 @@ class RunFile:
         report: ConnectReportJSON | None = json.loads(row[0]) if row else None
         return report
 
-    def set_env_names(self, names: Sequence[str]) -> None:
-        self._set_meta({"env_names": sorted(names)})
-
     def finish(self, exit_status: int | None, stdout: bytes, stderr: bytes) -> None:
         """Store the child's exit status and captured output."""
         self._set_meta(

@@ -9,3 +9,6 @@
 
 Must not print: the command line renders what these return.
 """
+
+#: Seconds a replay may take before it is stopped (SIGTERM, then SIGKILL).
+DEFAULT_TIMEOUT_S = 300.0

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wiretape.errors import WiretapeError
+from wiretape.inspect.verdicts import verdict_of
 from wiretape.playback.verdict import Verdict
+from wiretape.store.runfile import RunFile
+from wiretape.suite import DEFAULT_TIMEOUT_S
 from wiretape.suite.schedule import pick
 
-#: Seconds a replay may take before it is stopped (SIGTERM, then SIGKILL).
-DEFAULT_TIMEOUT_S = 300.0
 #: Seconds between SIGTERM and SIGKILL when a replay is stopped.
 STOP_GRACE_S = 10.0
 _KEEP_STDERR = 8192  # bytes of a replay's stderr kept for its error message
@@ -65,8 +66,6 @@ class _Job:
 
 
 def _load(index: int, path: Path, free_ports: bool) -> _Job | CheckResult:
-    from wiretape.store.runfile import RunFile
-
     try:
         with RunFile.open(path) as run:
             info = run.info()
@@ -207,9 +206,6 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
 
 
 def _verdict(copy: Path) -> Verdict | None:
-    from wiretape.launch.replay import verdict_of
-    from wiretape.store.runfile import RunFile
-
     try:
         with RunFile.open(copy) as run:
             return verdict_of(run)

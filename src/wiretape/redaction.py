@@ -5,6 +5,10 @@ what replaces them. The same function is applied to live requests during a
 replay before they are compared, so redaction never turns an exact match
 into a divergence. Knows nothing of storage.
 
+Pure (values in, values out), so every part that meets a request can use
+it: the recorder and the replayer, the header comparison of a divergence
+report, and imports of other tools' recordings.
+
 Replacements keep a body's length (a Content-Length stays true, and frame
 boundaries stay where they were); header and query values become a fixed
 marker so a replay with another key still matches.

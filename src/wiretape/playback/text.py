@@ -1,0 +1,189 @@
+"""The verdict as text for a person: one line, then the divergence report.
+
+Pure: returns lines, prints nothing. Colour is the caller's: each function
+that colours takes a ``style`` (``click.style`` fits), plain text by default.
+The command line, the pytest plugin and ``wiretape demo`` all print these
+lines; ``Verdict.line()`` and ``Verdict.details()`` are the public way in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from wiretape.model import (
+    COMPARED_FACETS,
+    ConnectReportJSON,
+    ExplanationJSON,
+    Facet,
+    facets,
+)
+
+if TYPE_CHECKING:
+    from wiretape.playback.verdict import Verdict
+
+
+class Style(Protocol):
+    """Colours a piece of text: ``fg`` a colour name, ``bold`` bold."""
+
+    def __call__(self, text: str, *, fg: str | None = None, bold: bool | None = None) -> str: ...
+
+
+def plain(text: str, *, fg: str | None = None, bold: bool | None = None) -> str:
+    """No colour: the text as it is."""
+    return text
+
+
+def verdict_line(v: Verdict) -> str:
+    """The verdict in one line: pass or fail, the counts, the outcome."""
+    status = "PASS" if v.passed else "FAIL"
+    outcome = ", ".join(
+        f"{name} {_facet_word(facet)}"
+        for name, facet in facets(v.outcome) if name in COMPARED_FACETS
+    ) or "not compared"
+    extra = "" if v.complete else " [replay did not finish]"
+    stopped = v.outcome.get("stopped", {}).get("reason") if v.outcome else None
+    tail = f"; stopped at {stopped}" if stopped else ""
+    return (
+        f"wiretape: verdict {status}{extra} ({v.mode}): recorded {v.recorded}, exact {v.exact}, "
+        f"substituted {v.substituted}, diverged {v.diverged}, missing {v.missing}, "
+        f"unused {v.unused}; outcome: {outcome}{tail}"
+    )
+
+
+def _facet_word(facet: Facet) -> str:
+    same = facet.get("same")
+    if same is None:
+        return "not compared"
+    if not same:
+        return "differs"
+    # What was set aside: files (volatile_count) or stdout (volatile, a text).
+    members: Mapping[str, object] = facet
+    if members.get("volatile_count"):
+        return f"same up to timestamps and timings in {members['volatile_count']} file(s)"
+    if isinstance(members.get("volatile"), str) and members["volatile"]:
+        return f"same up to {members['volatile']}"
+    return "same"
+
+
+_KIND_COLOUR = {"diverged": "red", "missing": "red", "substituted": "yellow"}
+
+
+def _clip(text: str, n: int = 100) -> str:
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def connect_lines(report: ConnectReportJSON) -> list[str]:
+    """What the forward proxy saw (``--intercept``), one line per fact."""
+    lines = [f"wiretape: {why}" for why in report.get("rejected", {}).values()]
+    for t in report.get("tunnels", []):
+        what = (f"unreachable ({t['error']})" if t.get("error") and not t.get("bytes_down")
+                else f"{t['bytes_up']} bytes up, {t['bytes_down']} bytes down, not recorded")
+        lines.append(f"wiretape: tunnelled {t['host']}:{t['port']} untouched "
+                     f"({t['connections']} connection(s)): {what}")
+    for where, count in report.get("refused", {}).items():
+        lines.append(f"wiretape: refused {count} tunnel(s) to {where}: only the intercepted "
+                     "provider hosts are answered during a replay")
+    return lines
+
+
+def explanation_lines(explanation: ExplanationJSON, style: Style = plain) -> list[str]:
+    """The body of one divergence block: first the most useful line, then
+    the numbers, each span with its place, kind and text, then headers."""
+    lines = [style("  " + explanation.get("first_line", ""), bold=True)]
+    distance = explanation.get("edit_distance")
+    capped = ">" if explanation.get("edit_distance_capped") else ""
+    lines.append(f"  {explanation.get('bytes_differ', 0)} bytes differ, edit distance "
+                 f"{capped}{distance if distance is not None else '?'}; kinds: "
+                 f"{', '.join(explanation.get('kind_summary', [])) or '-'}")
+    for pair, label in ((explanation.get("method_differs"), "method"),
+                        (explanation.get("target_differs"), "target")):
+        if pair:
+            lines.append(f"  {label}: {pair[0]!r} -> {pair[1]!r}")
+    for span in explanation.get("spans", []):
+        where = span.get("pointer") or f"byte {span.get('offset')}"
+        tool = span.get("tool")
+        about = f", result of {tool.get('name') or '?'} ({tool.get('call_id')})" if tool else ""
+        lines.append(f"  at {where} (offset {span.get('offset')}, {span.get('kind')}, "
+                     f"{span.get('bytes_differ')} bytes{about}):")
+        element = span.get("element")
+        if element:
+            lines.append(f"    {span.get('change')}: " + style(_clip(element), fg="yellow"))
+            continue
+        lines.append("    recorded: " + style(_clip(span.get("recorded_context", "")), fg="green"))
+        lines.append("    live:     " + style(_clip(span.get("live_context", "")), fg="red"))
+    if explanation.get("spans_omitted"):
+        lines.append(f"  ... and {explanation['spans_omitted']} more differing spans")
+    for diff in explanation.get("header_differences", []):
+        tag = "decides the match" if diff.get("semantic") else "informational"
+        lines.append(f"  header {diff.get('name')} ({tag}): "
+                     f"{diff.get('recorded')} -> {diff.get('live')}")
+    return lines
+
+
+def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
+    """One block per non-exact request, in order, then what differed in the
+    outcome, what was isolated, and the unused exchanges."""
+    lines = []
+    for row in v.requests:
+        kind = row["kind"]
+        if kind == "exact":
+            continue
+        detail = row.get("detail", {})
+        where = (f"recorded #{row['seq']}" if row.get("seq") is not None
+                 else "no recorded counterpart")
+        served = "served" if row.get("served") else "rejected"
+        head = f"request {row['index']} {row['method']} {row['target']}: {kind} ({where}, {served})"
+        lines.append(style(head, fg=_KIND_COLOUR.get(kind), bold=True))
+        for old, new, count in detail.get("substitutions", []):
+            lines.append(f"  substitution {old!r} -> {new!r} fired {count} time(s)")
+        explanation = detail.get("explanation")
+        if explanation:
+            lines.extend(explanation_lines(explanation, style))
+        elif detail.get("fields"):
+            lines.append("  differs in: " + ", ".join(detail["fields"]))
+    files = v.outcome.get("files", {}) if v.outcome else {}
+    for d in files.get("differing", []):
+        lines.append(style(f"file {d['path']}: recorded {d['recorded']}, replay {d['replayed']}",
+                           fg="yellow", bold=True))
+        for where, rec, rep in d.get("real", [])[:3]:
+            lines.append(f"  at {where}: {_clip(rec, 60)!r} -> {_clip(rep, 60)!r}")
+        for label in ("recorded_diff", "replayed_diff"):
+            if d.get(label):
+                lines.append(f"  {label.split('_')[0]} change:")
+                lines.extend("    " + line for line in d[label].splitlines()[:12])
+    if files.get("differing_count", 0) > len(files.get("differing", [])):
+        lines.append(f"  ... and {files['differing_count'] - len(files['differing'])} more files")
+    for vol in files.get("volatile", []):
+        lines.append(f"file {vol['path']}: same up to {vol['values']}")
+        for where, rec, rep in vol.get("examples", [])[:3]:
+            lines.append(f"  at {where}: {_clip(rec, 40)} -> {_clip(rep, 40)}")
+        if vol.get("count", 0) > 3:
+            lines.append(f"  ... and {vol['count'] - 3} more such values")
+    stdout = v.outcome.get("stdout", {}) if v.outcome else {}
+    if stdout.get("same") is False and stdout.get("diff"):
+        lines.append(style("stdout differs:", fg="yellow", bold=True))
+        for where, rec, rep in stdout.get("real", [])[:3]:
+            lines.append(f"  at {where}: {_clip(rec, 60)!r} -> {_clip(rep, 60)!r}")
+        lines.extend("  " + line for line in stdout["diff"].splitlines()[:20])
+    sandbox = v.outcome.get("sandbox", {}) if v.outcome else {}
+    for note in sandbox.get("notes", []):
+        lines.append(note)
+    isolation = v.outcome.get("isolation", {}) if v.outcome else {}
+    if isolation.get("said"):
+        lines.append("wiretape: isolation: " + "; ".join(isolation["said"]))
+    intercept = v.outcome.get("intercept")
+    if intercept is not None:
+        lines.extend(connect_lines(intercept))
+    if isolation.get("dns_queries"):
+        lines.append("wiretape: the agent tried to reach: " + ", ".join(isolation["dns_queries"]))
+    if sandbox.get("kept"):
+        lines.append(f"wiretape: sandbox kept at {sandbox['kept']}")
+    if v.unused_exchanges:
+        lines.append(style(f"unused recorded exchanges ({len(v.unused_exchanges)}):", bold=True))
+        for u in v.unused_exchanges:
+            lines.append(f"  #{u['seq']} {u.get('method', '?')} {u.get('target', '?')}: "
+                         f"{u.get('summary', '')}")
+    return lines
