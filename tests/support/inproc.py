@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from wiretape.proxy.http1 import DEFAULT_MAX_BODY, ErrorBody, Handler, plain_error
+from wiretape.model import DEFAULT_MAX_BODY
+from wiretape.proxy.http1 import ErrorBody, Handler, plain_error
 from wiretape.proxy.server import Listeners
 
 __all__ = [

@@ -39,13 +39,13 @@ from wiretape.model import (
     Response,
     RunInfo,
 )
+from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy
 from wiretape.proxy.http1 import ErrorBody
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.replay import Replayer
 from wiretape.proxy.shapes import error_response
-from wiretape.proxy.upstream import parse_upstream
-from wiretape.store.redaction import fingerprint
+from wiretape.redaction import fingerprint
 from wiretape.store.runfile import RunFile, open_run
 from wiretape.testing import AsyncFakeProvider, TextTurn
 

@@ -219,7 +219,8 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
     """
     import asyncio
 
-    from wiretape.launch.replay import ReplaySettings, replay as do_replay
+    from wiretape.launch.replay import ReplaySettings
+    from wiretape.launch.replay import replay as do_replay
     from wiretape.playback.pacing import Pace
     from wiretape.store.locate import resolve_run
 
@@ -308,7 +309,8 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
         for line in render.record_summary(result):
             _say(line)
         sys.exit(0)
-    from wiretape.launch.replay import ReplaySettings, replay as do_replay
+    from wiretape.launch.replay import ReplaySettings
+    from wiretape.launch.replay import replay as do_replay
     from wiretape.playback.pacing import Pace
     from wiretape.store.locate import resolve_run
     from wiretape.store.runfile import RunFile

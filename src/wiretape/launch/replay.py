@@ -19,12 +19,9 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from wiretape.errors import PortInUse, UsageError
+from wiretape.inspect.verdicts import verdict_of
 from wiretape.launch import isolate
 from wiretape.launch.child import Child, forward_signals, resolve_command
-from wiretape.inspect.verdicts import verdict_of
-from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet
-from wiretape.matching.volatile import compare_volatile
-from wiretape.launch.origins import child_environment
 from wiretape.launch.intercept import (
     Interception,
     forward_proxy_port,
@@ -32,6 +29,9 @@ from wiretape.launch.intercept import (
     plain_http_refusal,
     proxy_environment,
 )
+from wiretape.launch.origins import child_environment
+from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet
+from wiretape.matching.volatile import compare_volatile
 from wiretape.model import (
     DEFAULT_MAX_BODY,
     IsolationFacet,

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import NotRequired, TypedDict
 
 from wiretape.model import Outcome, ReplayRow, facets
-
 from wiretape.playback import text
 
 #: Exit codes of ``wiretape replay`` (DESIGN.md).
