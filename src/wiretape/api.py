@@ -225,8 +225,11 @@ def record(
         upstream_ca=upstream_ca, resolve=resolve))
 
 
-def _intercept_arguments(intercept: bool | Sequence[str], upstream_ca: str | os.PathLike[str] | None,
-                         resolve: Mapping[str, str] | None) -> InterceptionArguments:
+def _intercept_arguments(
+    intercept: bool | Sequence[str],
+    upstream_ca: str | os.PathLike[str] | None,
+    resolve: Mapping[str, str] | None,
+) -> InterceptionArguments:
     from wiretape.launch.intercept import interception_settings
 
     if isinstance(intercept, str):

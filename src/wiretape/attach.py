@@ -21,6 +21,7 @@ recorded, matched or stored: that is the launch layer's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Coroutine, Mapping
@@ -120,7 +121,7 @@ class _AttachedProxy(Generic[T]):
         def thread_main() -> None:
             try:
                 self._result = asyncio.run(main())
-            except BaseException as exc:  # noqa: BLE001 -- raised again in the caller's thread
+            except BaseException as exc:
                 self._failure = exc
             finally:
                 self._finished = True
@@ -140,10 +141,9 @@ class _AttachedProxy(Generic[T]):
         loop, until, thread = self._loop, self._until, self._thread
         assert thread is not None
         if loop is not None and until is not None:
-            try:
+            # Its loop may have ended already (a strict replay stopped by itself).
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(until.set)
-            except RuntimeError:
-                pass  # its loop has ended already (a strict replay stopped by itself)
         thread.join()
         if exc_type is None:
             self._raise_failure()
@@ -178,7 +178,7 @@ class _AttachedProxy(Generic[T]):
         self._until.set()
         try:
             self._result = await asyncio.shield(self._task)
-        except BaseException as failure:  # noqa: BLE001 -- raised below unless the block raised
+        except BaseException as failure:
             self._failure = failure
         finally:
             self._finished = True
@@ -316,9 +316,6 @@ def replaying(
     Raises RunNotFound here; entering raises RunFileError, PortInUse or
     UsageError.
     """
-    if isinstance(port, Mapping):
-        pairs = port_pairs(None, port)
-    else:
-        pairs = port_pairs(port, None)
+    pairs = port_pairs(None, port) if isinstance(port, Mapping) else port_pairs(port, None)
     settings = replay_settings(mode, pace, substitutions, allow_substitutions, pairs, max_body)
     return ReplayingProxy(run_path(run), settings)

@@ -36,11 +36,18 @@ def run_demo(keep_dir: Path | None, say: Callable[[str], None], *,
     argv = [sys.executable, "-m", "wiretape.examples.tool_agent", QUESTION]
     say("wiretape demo: 1/3 recording the example agent against the fake provider")
     with FakeProvider(demo_script(), port=0) as provider:
-        recorded = asyncio.run(record(
-            argv, out=None if keep_dir is None else directory / time.strftime("demo-%Y%m%d-%H%M%S.wtape"),
-            upstreams=[("openai", provider.url + "/v1")], snapshots=[],
-            echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO(),
-        ))
+        recorded = asyncio.run(
+            record(
+                argv,
+                out=None
+                if keep_dir is None
+                else directory / time.strftime("demo-%Y%m%d-%H%M%S.wtape"),
+                upstreams=[("openai", provider.url + "/v1")],
+                snapshots=[],
+                echo_stdout=io.BytesIO(),
+                echo_stderr=io.BytesIO(),
+            )
+        )
     for line in summarise(recorded):
         say(line)
     if recorded.exit_status != 0 or recorded.exchanges == 0:
@@ -74,5 +81,9 @@ def agent_error(path: Path) -> str:
         lines = run.info().stderr.decode("utf-8", "replace").strip().splitlines()
     if not lines:
         return "it wrote nothing to stderr"
-    hint = " (the demo needs its extra: pip install 'wiretape[demo]')" if "No module named" in lines[-1] else ""
+    hint = (
+        " (the demo needs its extra: pip install 'wiretape[demo]')"
+        if "No module named" in lines[-1]
+        else ""
+    )
     return lines[-1] + hint

@@ -254,7 +254,9 @@ class _Session:
 
     # -- an agent in this process --------------------------------------------------------------
 
-    def open_proxy(self, upstream: str | Mapping[str, str] | None) -> RecordingProxy | ReplayingProxy:
+    def open_proxy(
+        self, upstream: str | Mapping[str, str] | None
+    ) -> RecordingProxy | ReplayingProxy:
         import wiretape
 
         port = self.settings.port

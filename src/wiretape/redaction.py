@@ -43,7 +43,10 @@ SECRET_QUERY_PARAMS: frozenset[bytes] = frozenset({b"key", b"api_key"})
 #: Known API key shapes, looked for inside bodies: (label, pattern).
 KEY_SHAPES: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ("anthropic-key", re.compile(rb"(?<![A-Za-z0-9_])sk-ant-[A-Za-z0-9_\-]{20,}")),
-    ("openai-key", re.compile(rb"(?<![A-Za-z0-9_])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}")),
+    (
+        "openai-key",
+        re.compile(rb"(?<![A-Za-z0-9_])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"),
+    ),
     ("google-key", re.compile(rb"(?<![A-Za-z0-9_])AIza[0-9A-Za-z_\-]{35}")),
     ("github-token", re.compile(rb"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,}")),
     ("slack-token", re.compile(rb"(?<![A-Za-z0-9_])xox[abprs]-[A-Za-z0-9\-]{10,}")),

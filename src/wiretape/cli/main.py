@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from wiretape import __version__
-from wiretape.cli import render
+from wiretape.cli import inspect_cmds, render
+from wiretape.cli.check_cmd import check
 from wiretape.errors import UsageError, WiretapeError
 from wiretape.model import DEFAULT_MAX_BODY
 from wiretape.playback.verdict import EXIT_USAGE
@@ -59,7 +60,10 @@ def _substitutions(values: Sequence[str]) -> tuple[Substitution, ...]:
     from wiretape.launch.origins import parse_pairs
     from wiretape.playback.decide import Substitution
 
-    return tuple(Substitution(o.encode(), n.encode()) for o, n in parse_pairs(values, "--substitute", "OLD=NEW"))
+    return tuple(
+        Substitution(o.encode(), n.encode())
+        for o, n in parse_pairs(values, "--substitute", "OLD=NEW")
+    )
 
 
 class _Group(click.Group):
@@ -128,8 +132,13 @@ def _intercept_arguments(intercept: bool, hosts: tuple[str, ...], upstream_ca: P
               help="Tree to snapshot before the agent starts (default: the working directory; "
                    "~ allowed). Repeatable.")
 @click.option("--no-snapshot", is_flag=True, help="Snapshot nothing.")
-@click.option("--snapshot-max", type=click.IntRange(min=1), default=DEFAULT_SNAPSHOT_MAX, show_default=True,
-              help="Largest total snapshot, in bytes; larger is refused.")
+@click.option(
+    "--snapshot-max",
+    type=click.IntRange(min=1),
+    default=DEFAULT_SNAPSHOT_MAX,
+    show_default=True,
+    help="Largest total snapshot, in bytes; larger is refused.",
+)
 @_intercept_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...], max_body: int,
@@ -153,11 +162,18 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
     if no_snapshot and snapshot_paths:
         raise UsageError("--snapshot and --no-snapshot exclude each other")
     snapshots = [] if no_snapshot else [Path(p) for p in snapshot_paths] or None
-    result = asyncio.run(do_record(list(command), out=out, upstreams=parse_pairs(upstreams, "--upstream"),
-                                   ports=_ports(ports), max_body=max_body, snapshots=snapshots,
-                                   snapshot_max=snapshot_max,
-                                   **_intercept_arguments(intercept, intercept_hosts, upstream_ca,
-                                                          resolve, upstreams)))
+    result = asyncio.run(
+        do_record(
+            list(command),
+            out=out,
+            upstreams=parse_pairs(upstreams, "--upstream"),
+            ports=_ports(ports),
+            max_body=max_body,
+            snapshots=snapshots,
+            snapshot_max=snapshot_max,
+            **_intercept_arguments(intercept, intercept_hosts, upstream_ca, resolve, upstreams),
+        )
+    )
     for line in render.record_summary(result):
         _say(line)
     sys.exit(result.exit_status if result.exit_status is not None else 0)
@@ -180,7 +196,9 @@ def _mode(strict: bool, diagnostic: bool) -> Mode:
 @click.option("--substitute", "substitutes", multiple=True, metavar="OLD=NEW",
               help="Declared substitution: the recording has OLD where the live run has NEW "
                    "(literal bytes); counted apart from exact. Repeatable.")
-@click.option("--allow-substitutions", is_flag=True, help="Strict mode accepts substituted requests.")
+@click.option(
+    "--allow-substitutions", is_flag=True, help="Strict mode accepts substituted requests."
+)
 @click.option("--port", "ports", multiple=True, metavar="[NAME=]N",
               help="Proxy port for an origin (default: the recorded port when free).")
 @click.option("--json", "as_json", is_flag=True,
@@ -249,7 +267,9 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
 @click.option("--upstream", "upstreams", multiple=True, metavar="[NAME=]URL",
               help="Origin to record (with --record).")
 @click.option("--port", "ports", multiple=True, metavar="[NAME=]N", help="Port to listen on.")
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Run file to write.")
+@click.option(
+    "-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Run file to write."
+)
 @click.option("--strict", is_flag=True)
 @click.option("--diagnostic", is_flag=True)
 @click.option("--pace", type=click.Choice(["fast", "recorded"]), default="fast")
@@ -257,10 +277,22 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY, show_default=True,
               help="Largest request body accepted, in bytes; larger gets 413.")
 @_intercept_options
-def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
-          out: Path | None, strict: bool, diagnostic: bool, pace: str, as_json: bool,
-          max_body: int, intercept: bool, intercept_hosts: tuple[str, ...],
-          upstream_ca: Path | None, resolve: tuple[str, ...]) -> None:
+def serve(
+    record_mode: bool,
+    replay_run: str | None,
+    upstreams: tuple[str, ...],
+    ports: tuple[str, ...],
+    out: Path | None,
+    strict: bool,
+    diagnostic: bool,
+    pace: str,
+    as_json: bool,
+    max_body: int,
+    intercept: bool,
+    intercept_hosts: tuple[str, ...],
+    upstream_ca: Path | None,
+    resolve: tuple[str, ...],
+) -> None:
     """Attach: listen until SIGINT/SIGTERM for an agent configured to call
     the printed URL (for agents that read their origin from a config file).
 
@@ -291,8 +323,12 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
         if not upstreams and not intercept:
             raise UsageError("serve --record needs --upstream URL (where to forward), or "
                              "--intercept")
-        pairs = [(u.split("=", 1)[0], u.split("=", 1)[1]) if "=" in u.split("://", 1)[0] else ("upstream", u)
-                 for u in upstreams]
+        pairs = [
+            (u.split("=", 1)[0], u.split("=", 1)[1])
+            if "=" in u.split("://", 1)[0]
+            else ("upstream", u)
+            for u in upstreams
+        ]
         extra = _intercept_arguments(intercept, intercept_hosts, upstream_ca, resolve, upstreams)
 
         def announce_proxy(variables: dict[str, str]) -> None:
@@ -327,8 +363,13 @@ def serve(record_mode: bool, replay_run: str | None, upstreams: tuple[str, ...],
                      f"taken, so it listens on {o.port}: point the agent's config there, or free "
                      f"the port, or give --port {o.name}=N")
 
-    settings = ReplaySettings(mode=_mode(strict, diagnostic), pace=Pace(pace), ports=tuple(_ports(ports)),
-                              max_body=max_body, intercept=True if intercept else None)
+    settings = ReplaySettings(
+        mode=_mode(strict, diagnostic),
+        pace=Pace(pace),
+        ports=tuple(_ports(ports)),
+        max_body=max_body,
+        intercept=True if intercept else None,
+    )
     exported: list[str] = []
 
     def collect_exports(variables: dict[str, str]) -> None:
@@ -461,13 +502,9 @@ def demo(keep_dir: Path | None) -> None:
 
 
 # Showing what an agent did: show, report, export, import.
-from wiretape.cli import inspect_cmds
-
 inspect_cmds.register(cli)
 
 # Replaying a suite of runs for CI: check.
-from wiretape.cli.check_cmd import check
-
 cli.add_command(check)
 
 

@@ -118,11 +118,16 @@ def diff_lines(result: RunDiff, name_a: str, name_b: str) -> list[str]:
         if pair.explanation is None:
             lines.append(f"#{pair.a.seq} <-> #{pair.b.seq} {route}: same")
             continue
-        lines.append(click.style(f"#{pair.a.seq} <-> #{pair.b.seq} {route}: differs", fg="red", bold=True))
+        lines.append(
+            click.style(f"#{pair.a.seq} <-> #{pair.b.seq} {route}: differs", fg="red", bold=True)
+        )
         lines.extend(explanation_lines(pair.explanation.to_json()))
     from wiretape.inspect.summary import request_summary
 
-    for label, name, items in (("only in", name_a, result.only_a), ("only in", name_b, result.only_b)):
+    for label, name, items in (
+        ("only in", name_a, result.only_a),
+        ("only in", name_b, result.only_b),
+    ):
         for e in items:
             lines.append(click.style(f"#{e.seq} {e.request.method.decode()} "
                                      f"{e.request.target.decode('latin-1')}: {label} {name}",

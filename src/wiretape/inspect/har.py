@@ -104,24 +104,40 @@ def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> d
         "startedDateTime": _iso(e.started_at_ns),
         "time": _ms(e.duration_ns),
         "request": {
-            "method": req.method.decode("latin-1"), "url": bases.get(e.origin, "http://unknown") + target,
-            "httpVersion": "HTTP/" + req.http_version.decode("latin-1"), "cookies": [],
+            "method": req.method.decode("latin-1"),
+            "url": bases.get(e.origin, "http://unknown") + target,
+            "httpVersion": "HTTP/" + req.http_version.decode("latin-1"),
+            "cookies": [],
             "headers": _headers(req.headers),
-            "queryString": [{"name": k, "value": v} for k, _, v in
-                            (p.partition("=") for p in query.split("&") if p)],
-            "postData": post, "headersSize": -1, "bodySize": len(req.body),
+            "queryString": [
+                {"name": k, "value": v}
+                for k, _, v in (p.partition("=") for p in query.split("&") if p)
+            ],
+            "postData": post,
+            "headersSize": -1,
+            "bodySize": len(req.body),
         },
         "cache": {},
-        "timings": {**_NO_TIMING, "send": 0, "wait": _ms(e.ttfb_ns if e.ttfb_ns is not None
-                                                        else e.duration_ns),
-                    "receive": _ms(e.duration_ns - (e.ttfb_ns or e.duration_ns))},
+        "timings": {
+            **_NO_TIMING,
+            "send": 0,
+            "wait": _ms(e.ttfb_ns if e.ttfb_ns is not None else e.duration_ns),
+            "receive": _ms(e.duration_ns - (e.ttfb_ns or e.duration_ns)),
+        },
         "connection": str(e.connection_id),
         "_frames": [{"offset_ns": f.offset_ns, "size": len(f.data)} for f in resp.frames]
-        if resp else [],
+        if resp
+        else [],
         "_wiretape": {
-            "seq": e.seq, "origin": e.origin, "target": target, "started_at_ns": e.started_at_ns,
-            "ttfb_ns": e.ttfb_ns, "duration_ns": e.duration_ns, "ending": e.ending.value,
-            "error": e.error, "connection_id": e.connection_id,
+            "seq": e.seq,
+            "origin": e.origin,
+            "target": target,
+            "started_at_ns": e.started_at_ns,
+            "ttfb_ns": e.ttfb_ns,
+            "duration_ns": e.duration_ns,
+            "ending": e.ending.value,
+            "error": e.error,
+            "connection_id": e.connection_id,
             "request_http_version": req.http_version.decode("latin-1"),
             "response": resp is not None,
             "redactions": [[r.location, r.name, r.fingerprint] for r in redactions],

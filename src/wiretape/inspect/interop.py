@@ -94,7 +94,9 @@ def plan_origins(urls: Sequence[tuple[str, str]]) -> dict[str, Origin]:
             continue
         targets = [t for b, t in urls if b == base]
         host = urlsplit(base).hostname or "origin"
-        known = next((k for k in KNOWN_ORIGINS if urlsplit(k.default_upstream).hostname == host), None)
+        known = next(
+            (k for k in KNOWN_ORIGINS if urlsplit(k.default_upstream).hostname == host), None
+        )
         route = _route(targets)
         upstream, name = base, _host_name(host)
         env_vars: tuple[str, ...] = ()

@@ -32,7 +32,9 @@ PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
 #: read SSL_CERT_FILE, requests REQUESTS_CA_BUNDLE, curl CURL_CA_BUNDLE,
 #: Node NODE_EXTRA_CA_CERTS (added to its own roots).
 TRUST_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
-_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*")
+_HOST = re.compile(
+    r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*"
+)
 #: Loopback stays direct (a local tool server, a fake provider).
 NO_PROXY = "localhost,127.0.0.1,::1"
 
@@ -118,7 +120,9 @@ def plain_http_refusal(error_body: ErrorBody,
     return refuse
 
 
-def proxy_environment(env: Mapping[str, str], port: int, bundle: Path) -> tuple[dict[str, str], list[str]]:
+def proxy_environment(
+    env: Mapping[str, str], port: int, bundle: Path
+) -> tuple[dict[str, str], list[str]]:
     """``env`` with the forward proxy at ``127.0.0.1:port`` and ``bundle``
     trusted; returns it with the names set."""
     out = dict(env)

@@ -22,7 +22,9 @@ class PlannedOrigin:
     env_vars: tuple[str, ...]
 
 
-def parse_pairs(values: Sequence[str], what: str, shape: str = "NAME=VALUE") -> list[tuple[str, str]]:
+def parse_pairs(
+    values: Sequence[str], what: str, shape: str = "NAME=VALUE"
+) -> list[tuple[str, str]]:
     """``NAME=VALUE`` pairs, in order. Raises UsageError."""
     pairs = []
     for value in values:
@@ -69,7 +71,9 @@ def plan_origins(
             parse_upstream(p.upstream)
         except InvalidUpstream as exc:
             source = "--upstream" if p.name in given else "the environment"
-            raise InvalidUpstream(f"{p.name}={p.upstream}", f"{exc.reason} (from {source})") from exc
+            raise InvalidUpstream(
+                f"{p.name}={p.upstream}", f"{exc.reason} (from {source})"
+            ) from exc
     primary = upstreams[0][0] if upstreams else "openai"
     by_name = {p.name: p for p in planned}
     for port_name, port in ports:

@@ -8,6 +8,7 @@ Knows nothing of the CLI or of replay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import Callable
@@ -72,8 +73,12 @@ class Recorder:
             outgoing = upstream.build_request(root, host, request, self._options.resolve)
             origin_resp = await self._client.send(outgoing, stream=True)
         except (httpx.TimeoutException, httpx.TransportError, httpx.InvalidURL) as exc:
-            ending = Ending.TIMEOUT if isinstance(exc, httpx.TimeoutException) else Ending.ORIGIN_UNREACHABLE
-            error = f"{type(exc).__name__}: {exc}" or type(exc).__name__
+            ending = (
+                Ending.TIMEOUT
+                if isinstance(exc, httpx.TimeoutException)
+                else Ending.ORIGIN_UNREACHABLE
+            )
+            error = f"{type(exc).__name__}: {exc}"
             status, reason, headers, body = unreachable_response(request.path, upstream_url, error)
             try:
                 await conn.send_head(status, reason, headers)
@@ -116,12 +121,12 @@ class Recorder:
                 raise
             finally:
                 await origin_resp.aclose()
-            response = Response(origin_resp.status_code, reason, raw_headers, tuple(frames), version)
+            response = Response(
+                origin_resp.status_code, reason, raw_headers, tuple(frames), version
+            )
             if ending is Ending.COMPLETE:
-                try:
+                with contextlib.suppress(ClientGone):
                     await conn.end()
-                except ClientGone:
-                    pass
             else:
                 await conn.abort()
         duration = time.monotonic_ns() - t0
@@ -150,6 +155,8 @@ class Recorder:
         self.stats.exchanges += 1
         self.stats.body_bytes += len(request.body) + (len(response.body) if response else 0)
         if exchange.ending is not Ending.COMPLETE:
-            self.stats.failures.append(f"#{exchange.seq} {exchange.ending.value}: {exchange.error or ''}")
+            self.stats.failures.append(
+                f"#{exchange.seq} {exchange.ending.value}: {exchange.error or ''}"
+            )
         if self._on_exchange is not None:
             self._on_exchange(stored)

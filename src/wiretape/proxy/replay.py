@@ -137,11 +137,14 @@ class Replayer:
             await self._reject(conn, request, f"replay_{decision.kind.value}",
                                _reason(decision, live))
         if decision.stop:
-            self.stopped = f"{decision.kind.value} request {live.method.decode()} {live.target.decode('latin-1')}"
+            self.stopped = (f"{decision.kind.value} request {live.method.decode()} "
+                            f"{live.target.decode('latin-1')}")
             if self._on_stop is not None:
                 self._on_stop(self.stopped)
 
-    async def _reject(self, conn: ClientConnection, request: Request, code: str, message: str) -> None:
+    async def _reject(
+        self, conn: ClientConnection, request: Request, code: str, message: str
+    ) -> None:
         headers, body = error_response(request.path, 400, code, message)
         try:
             await conn.send_head(400, b"Bad Request", headers)

@@ -4,6 +4,7 @@ as its own named task. Knows nothing of what the handler does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import itertools
 import socket
@@ -97,7 +98,5 @@ class Listeners:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
         for server in self._servers:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 1.0)
-            except TimeoutError:
-                pass

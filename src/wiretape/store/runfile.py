@@ -113,7 +113,9 @@ class RunFile:
             db.execute("PRAGMA synchronous = NORMAL")
             schema.create(db)
         except FileExistsError as exc:
-            raise RunFileError(path, "it already exists and is never overwritten; choose another -o path") from exc
+            raise RunFileError(
+                path, "it already exists and is never overwritten; choose another -o path"
+            ) from exc
         except (OSError, sqlite3.Error) as exc:
             raise RunFileError(path, str(exc)) from exc
         run = cls(path, db)
@@ -344,7 +346,9 @@ class RunFile:
             yield self._exchange_from_row(row, frames.get(row[0], []))
 
     @_damage_is_an_input_error
-    def _exchange_from_row(self, row: Sequence[Any], frame_rows: list[tuple[int, int, int]]) -> Exchange:
+    def _exchange_from_row(
+        self, row: Sequence[Any], frame_rows: list[tuple[int, int, int]]
+    ) -> Exchange:
         # ``row`` is a row of the exchanges table as SQLite gives it (Any):
         # a damaged or hostile file may hold any type in any column.
         (seq, conn, origin, started, method, target, version, req_headers, req_blob, status,
@@ -424,7 +428,9 @@ class RunFile:
                 digest = blobs.put(self._db, e.data) if e.kind == "file" else None
                 self._db.execute(
                     "INSERT INTO snapshot_entries (snapshot_id, path, kind, mode, blob, link)"
-                    " VALUES (?, ?, ?, ?, ?, ?)", (snapshot_id, e.path, e.kind, e.mode, digest, e.link))
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (snapshot_id, e.path, e.kind, e.mode, digest, e.link),
+                )
         return snapshot_id
 
     @_damage_is_an_input_error
@@ -456,8 +462,10 @@ class RunFile:
                 if data is not None and c.after_hash is not None:
                     blobs.put(self._db, data, ref=c.before_hash)
                 self._db.execute(
-                    "INSERT INTO outcome_changes (snapshot_id, path, change, detail) VALUES (?,?,?,?)",
-                    (snapshot_id, c.path, c.change, json.dumps(c.to_json())))
+                    "INSERT INTO outcome_changes (snapshot_id, path, change, detail) "
+                    "VALUES (?,?,?,?)",
+                    (snapshot_id, c.path, c.change, json.dumps(c.to_json())),
+                )
 
     @_damage_is_an_input_error
     def content(self, digest: str | None) -> bytes | None:
