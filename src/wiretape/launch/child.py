@@ -136,6 +136,17 @@ class Child:
         except subprocess.TimeoutExpired:
             self.signal_group(signal.SIGKILL)
 
+    async def __aenter__(self) -> Child:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Leaving its block before :meth:`wait` has seen the agent exit (an
+        error, a cancellation): stop it as a group and reap it, so no agent
+        outlives the wiretape session that started it."""
+        if self.process.returncode is None:
+            await self.stop("wiretape stopped before the agent exited")
+            await self.wait()
+
 
 def _hand_terminal_to(pgid: int) -> int | None:
     """Make the agent's process group the terminal's foreground group, so
