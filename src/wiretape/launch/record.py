@@ -113,6 +113,10 @@ async def record(
     ``on_environment`` is called with the variables set for the agent (name
     to value) once the proxy listens, for an agent started by someone else.
 
+    However it ends (an error, a cancellation), the ports, the CA and an
+    agent still running are given back, and the run file, once made, keeps
+    its end and outcome.
+
     Returns the RecordResult; the child's exit status is in it. Raises
     CommandNotFound, PortInUse, InvalidUpstream, UsageError, RunFileError.
     """
@@ -203,28 +207,8 @@ async def _prepare_record(
             run.set_connect_report(report.to_json())
 
     listeners = Listeners(max_body=max_body)
-    connect: ConnectProxy | None = None
-    if intercept is not None:
-        interception = Interception()
-        stack.callback(interception.close)
-        stack.push_async_callback(listeners.close)
-        hosts = intercept_hosts(intercept.extra_hosts)
-        connect = ConnectProxy(
-            interception.ca, hosts,
-            lambda name, authority, conn_id: handler_for(name, f"https://{authority}", conn_id),
-            tunnel=True, next_connection_id=listeners.next_connection_id,
-            resolve=upstream_options.resolve, max_body=max_body,
-            on_refused=listeners.note_refused, on_change=store_report)
-        port = await listeners.listen(forward_proxy_port(ports),
-                                      lambda _id: plain_http_refusal(
-                                          plain_error, listeners.note_refused),
-                                      connect=connect)
-        origins = [Origin(name, f"https://{host}", port, ()) for host, name in hosts.items()]
-        env, names = proxy_environment(os.environ, port, interception.bundle)
-    else:
-        stack.push_async_callback(listeners.close)
-        origins = await bind_origins(listeners, planned, handler_for)
-        env, names = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
+    connect, origins, env, names = await _listen_record(
+        stack, listeners, planned, ports, intercept, upstream_options, handler_for, store_report)
     info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=tuple(argv or ()), cwd=cwd,
                    env_names=tuple(sorted(names)), origins=tuple(origins),
                    started_at_ns=time.time_ns(), mode="record" if argv is not None else "serve")
@@ -238,6 +222,40 @@ async def _prepare_record(
     stack.push_async_callback(recorder.aclose)
     return _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run, recorder,
                       listeners, connect, origins, env, names, snapshot_ids, made_for_run)
+
+
+async def _listen_record(
+    stack: contextlib.AsyncExitStack, listeners: Listeners, planned: Sequence[PlannedOrigin],
+    ports: Sequence[tuple[str | None, int]], intercept: InterceptSettings | None,
+    upstream_options: UpstreamOptions, handler_for: Callable[[str, str, int], Handler],
+    store_report: Callable[[ConnectReport], None],
+) -> tuple[ConnectProxy | None, list[Origin], dict[str, str], list[str]]:
+    """Bind the listeners: one per planned origin, or (intercepting) the
+    forward proxy with a CA made for this run. Returns the forward proxy
+    (intercepting only), the origins, and the agent's environment with the
+    names of the variables set in it."""
+    if intercept is None:
+        stack.push_async_callback(listeners.close)
+        origins = await bind_origins(listeners, planned, handler_for)
+        env, names = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
+        return None, origins, env, names
+    interception = Interception()
+    stack.callback(interception.close)
+    stack.push_async_callback(listeners.close)
+    hosts = intercept_hosts(intercept.extra_hosts)
+    connect = ConnectProxy(
+        interception.ca, hosts,
+        lambda name, authority, conn_id: handler_for(name, f"https://{authority}", conn_id),
+        tunnel=True, next_connection_id=listeners.next_connection_id,
+        resolve=upstream_options.resolve, max_body=listeners.max_body,
+        on_refused=listeners.note_refused, on_change=store_report)
+    port = await listeners.listen(forward_proxy_port(ports),
+                                  lambda _id: plain_http_refusal(
+                                      plain_error, listeners.note_refused),
+                                  connect=connect)
+    origins = [Origin(name, f"https://{host}", port, ()) for host, name in hosts.items()]
+    env, names = proxy_environment(os.environ, port, interception.bundle)
+    return connect, origins, env, names
 
 
 async def _serve_record(stack: contextlib.AsyncExitStack, session: _Recording,

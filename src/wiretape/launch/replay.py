@@ -276,6 +276,10 @@ async def replay(
     in ``argv`` runs in ``cwd`` (default: the current directory); the
     recorded one, in the recorded directory.
 
+    However it ends (an error, a cancellation), the ports, the CA, the
+    isolation, an agent still running and the sandbox (unless ``keep``)
+    are given back, and a replay that has begun keeps its end and outcome.
+
     Raises RunFileError, CommandNotFound, PortInUse, UsageError.
     """
     async with contextlib.AsyncExitStack() as stack:
@@ -375,9 +379,42 @@ async def _prepare_replay(
                          "to the providers' own hosts, which only an intercepting replay "
                          "answers; drop --no-intercept")
     exchanges = run.exchanges()
+    command, sandbox, launch = _plan_replay(stack, run, path, info, argv, settings, cwd=cwd,
+                                            serve_only=until is not None)
+    stopping = _Stopping(until or asyncio.Event())
+    policy = Policy(mode=settings.mode,
+                    substitutions=settings.substitutions + launch.substitutions,
+                    allow_substitutions=settings.allow_substitutions)
+    replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=stopping,
+                        on_decision=on_decision)
+    isolated = (isolate.prepare(launch.isolation, os.environ)
+                if launch.isolation is not None and command is not None else None)
+    if isolated is not None:
+        stack.callback(isolated.close)
+    listeners = Listeners(max_body=settings.max_body)
+    connect, origins, env, proxy_variables = await _listen_replay(
+        stack, listeners, info, replayer, settings, isolated)
+    env = launch.environment(env)
+    if command is not None:
+        command = launch.argv
+        if isolated is not None:
+            env = {**env, **isolated.env}
+            command = isolated.command(command)
+    return _Replay(run, info, settings, list(argv or info.argv), command, sandbox, launch, policy,
+                   replayer, stopping, isolated, listeners, connect, origins, env,
+                   proxy_variables)
+
+
+def _plan_replay(
+    stack: contextlib.AsyncExitStack, run: RunFile, path: Path, info: RunInfo,
+    argv: Sequence[str] | None, settings: ReplaySettings, *, cwd: str | None, serve_only: bool,
+) -> tuple[list[str] | None, Sandbox | None, LaunchPlan]:
+    """The command to run (None: serve only), the sandbox it runs against
+    (None: no snapshot), entered into ``stack`` unless kept, and how it is
+    launched. Raises UsageError, CommandNotFound."""
     cwd = info.cwd if argv is None or not argv else (cwd or os.getcwd())
     command: list[str] | None = None
-    if until is None:
+    if not serve_only:
         command = list(argv) if argv else list(info.argv)
         if not command:
             raise UsageError(f"run {info.run_id} has no command of its own (it was recorded "
@@ -398,46 +435,25 @@ async def _prepare_replay(
             raise UsageError(f"the recorded working directory {cwd} does not exist: "
                              "give the command after -- to run it here")
         resolve_command(command, where)
-    launch = plan_launch(sandbox, settings, command if command is not None else [], cwd,
-                         info.started_at_ns)
-    stopping = _Stopping(until or asyncio.Event())
-    policy = Policy(mode=settings.mode,
-                    substitutions=settings.substitutions + launch.substitutions,
-                    allow_substitutions=settings.allow_substitutions)
-    replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=stopping,
-                        on_decision=on_decision)
-    isolated = (isolate.prepare(launch.isolation, os.environ)
-                if launch.isolation is not None and command is not None else None)
-    if isolated is not None:
-        stack.callback(isolated.close)
-    listeners, connect, origins, env, proxy_variables = await _listen_replay(
-        stack, run, info, replayer, settings, isolated)
-    env = launch.environment(env)
-    if command is not None:
-        command = launch.argv
-        if isolated is not None:
-            env = {**env, **isolated.env}
-            command = isolated.command(command)
-    return _Replay(run, info, settings, list(argv or info.argv), command, sandbox, launch, policy,
-                   replayer, stopping, isolated, listeners, connect, origins, env,
-                   proxy_variables)
+    return command, sandbox, plan_launch(sandbox, settings, command if command is not None else [],
+                                         cwd, info.started_at_ns)
 
 
 async def _listen_replay(
-    stack: contextlib.AsyncExitStack, run: RunFile, info: RunInfo, replayer: Replayer,
+    stack: contextlib.AsyncExitStack, listeners: Listeners, info: RunInfo, replayer: Replayer,
     settings: ReplaySettings, isolated: isolate.IsolatedLaunch | None,
-) -> tuple[Listeners, ConnectProxy | None, list[Origin], dict[str, str], dict[str, str] | None]:
-    """Bind the listeners (as the forward proxy with a CA made for this
-    replay, when intercepting); return them with the agent's environment
-    and, when intercepting, the proxy variables set in it."""
-    listeners = Listeners(max_body=settings.max_body)
+) -> tuple[ConnectProxy | None, list[Origin], dict[str, str], dict[str, str] | None]:
+    """Bind the listeners: one per recorded origin, or (intercepting) the
+    forward proxy with a CA made for this replay. Returns the forward proxy
+    (intercepting only), the origins, the agent's environment and
+    (intercepting only) the proxy variables set in it."""
     offline = isolated if settings.offline else None
     intercepting = bool(info.intercept) if settings.intercept is None else settings.intercept
     if not intercepting:
         stack.push_async_callback(listeners.close)
         origins = await bind_replay(listeners, info.origins, replayer, settings.ports, offline)
         env, _ = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
-        return listeners, None, origins, env, None
+        return None, origins, env, None
     interception = Interception()
     stack.callback(interception.close)
     stack.push_async_callback(listeners.close)
@@ -445,7 +461,7 @@ async def _listen_replay(
                                                 settings, offline)
     env, set_names = proxy_environment(os.environ, origins[0].port if origins else 0,
                                        interception.bundle)
-    return listeners, connect, origins, env, {name: env[name] for name in set_names}
+    return connect, origins, env, {name: env[name] for name in set_names}
 
 
 async def _serve_replay(stack: contextlib.AsyncExitStack, session: _Replay,
