@@ -25,9 +25,11 @@ if typing.TYPE_CHECKING:
     from wiretape.attach import RecordingProxy, ReplayingProxy, recording, replaying
     from wiretape.errors import (
         CommandNotFound,
+        Interrupted,
         InvalidUpstream,
         PortInUse,
         RunFileError,
+        RunFileWriteError,
         RunNotFound,
         SchemaTooNew,
         UsageError,
@@ -39,6 +41,7 @@ if typing.TYPE_CHECKING:
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "CommandNotFound": "wiretape.errors",
+    "Interrupted": "wiretape.errors",
     "InvalidUpstream": "wiretape.errors",
     "Origin": "wiretape.model",
     "PortInUse": "wiretape.errors",
@@ -46,6 +49,7 @@ _EXPORTS = {
     "ReplayingProxy": "wiretape.attach",
     "Run": "wiretape.api",
     "RunFileError": "wiretape.errors",
+    "RunFileWriteError": "wiretape.errors",
     "RunNotFound": "wiretape.errors",
     "SchemaTooNew": "wiretape.errors",
     "UsageError": "wiretape.errors",
@@ -61,6 +65,7 @@ _EXPORTS = {
 
 __all__ = [
     "CommandNotFound",
+    "Interrupted",
     "InvalidUpstream",
     "Origin",
     "PortInUse",
@@ -68,6 +73,7 @@ __all__ = [
     "ReplayingProxy",
     "Run",
     "RunFileError",
+    "RunFileWriteError",
     "RunNotFound",
     "SchemaTooNew",
     "UsageError",

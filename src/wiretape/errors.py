@@ -7,16 +7,25 @@ line and exits with ``exit_code``; nothing else prints a traceback.
     WiretapeError                 (exit 2: usage or input error)
     ├── RunNotFound               a run id or path that names no run file
     ├── RunFileError              a run file that cannot be read
-    │   └── SchemaTooNew          written by a newer wiretape
+    │   ├── SchemaTooNew          written by a newer wiretape
+    │   └── RunFileWriteError     a run file that cannot be written (exit 4)
     ├── PortInUse                 a listening port that is taken
     ├── InvalidUpstream           an upstream URL that is not http(s)://host[:port][/path]
     ├── CommandNotFound           the agent command cannot be executed
+    ├── Interrupted               SIGINT/SIGTERM before the agent started (exit 128 + N)
     └── UsageError                any other bad argument
 """
 
 from __future__ import annotations
 
+import errno
+import signal
 from pathlib import Path
+
+#: The exit status of a recording whose run file could not be written in
+#: full (disk full, read-only, I/O error); what was committed before stays
+#: readable.
+EXIT_NOT_SAVED = 4
 
 
 class WiretapeError(Exception):
@@ -42,12 +51,13 @@ class RunNotFound(WiretapeError):
 
 
 class RunFileError(WiretapeError):
-    """The run file at ``path`` is unreadable or not a wiretape run."""
+    """The run file at ``path`` is unreadable or not a wiretape run (or,
+    with ``action="write"``, cannot be made where it was asked for)."""
 
-    def __init__(self, path: Path, reason: str) -> None:
+    def __init__(self, path: Path, reason: str, *, action: str = "read") -> None:
         self.path = path
         self.reason = reason
-        super().__init__(f"cannot read run file {path}: {reason}")
+        super().__init__(f"cannot {action} run file {path}: {reason}")
 
 
 class SchemaTooNew(RunFileError):
@@ -61,6 +71,68 @@ class SchemaTooNew(RunFileError):
             f"it has schema version {found}, this wiretape reads up to {supported}; "
             "upgrade wiretape to open it",
         )
+
+
+class RunFileWriteError(RunFileError):
+    """The run file at ``path`` cannot be written: ``reason`` says why
+    (:func:`write_failure_reason`)."""
+
+    exit_code = EXIT_NOT_SAVED
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(path, reason, action="write")
+
+
+#: sqlite3 error names and errno values, and what to call them.
+_WRITE_FAILURES = {
+    "SQLITE_FULL": "disk full",
+    "SQLITE_READONLY": "read-only",
+    "SQLITE_IOERR": "I/O error",
+    "SQLITE_CANTOPEN": "cannot open it",
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EIO: "I/O error",
+    errno.EACCES: "permission denied",
+}
+
+
+def write_failure_reason(exc: BaseException) -> str:
+    """Why a write failed, in a few words: ``disk full``, ``disk quota
+    exceeded``, ``read-only file system``, ``I/O error``, ... (an SQLite
+    error is named by its code, an OSError by its errno), else the
+    exception's own text."""
+    name = getattr(exc, "sqlite_errorname", None)
+    if isinstance(name, str):
+        for prefix, said in _WRITE_FAILURES.items():
+            if isinstance(prefix, str) and name.startswith(prefix):
+                return said
+    number = getattr(exc, "errno", None)
+    if isinstance(number, int) and number in _WRITE_FAILURES:
+        return _WRITE_FAILURES[number]
+    strerror = getattr(exc, "strerror", None)
+    if isinstance(strerror, str) and strerror:
+        return strerror
+    return str(exc) or type(exc).__name__
+
+
+class Interrupted(WiretapeError):
+    """SIGINT or SIGTERM (``signum``) arrived before the agent started:
+    nothing was run; what was taken was given back. The exit status is
+    128 + ``signum``, as a shell reports a process killed by it."""
+
+    def __init__(self, signum: int, what: str = "before the agent started") -> None:
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {signal_name(signum)} {what}")
+
+
+def signal_name(signum: int) -> str:
+    """``SIGINT`` for 2, ``SIGTERM`` for 15, else ``signal N``."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 class PortInUse(WiretapeError):
