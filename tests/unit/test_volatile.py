@@ -113,3 +113,13 @@ def test_timings_in_text_carry_their_unit() -> None:
     took = compare_volatile(b"took 88.1 ms\n", b"took 52.8 ms\n")
     assert took.same and took.volatile == {"duration": 1}
     assert not compare_volatile(b"took 88 files\n", b"took 52 files\n").same
+
+
+@pytest.mark.parametrize(("recorded", "replayed", "said"), [
+    (b"hello\n", b"", ("1 line", "no lines")),
+    (b"a\nb\n", b"a\nb\nc\n", ("2 lines", "3 lines")),
+    (b"a\n", b"a\nb\nc", ("1 line", "3 lines")),
+])
+def test_line_counts_count_lines(recorded: bytes, replayed: bytes,
+                                 said: tuple[str, str]) -> None:
+    assert compare_volatile(recorded, replayed).real == (("lines", *said),)

@@ -161,9 +161,17 @@ def compare_volatile(recorded: bytes, replayed: bytes, *, since: float | None = 
     return tally.result()
 
 
+def line_count(text: bytes) -> str:
+    """How many lines ``text`` holds, in words: ``no lines``, ``1 line``,
+    ``3 lines`` (a last line without a newline counts)."""
+    count = text.count(b"\n") + (1 if text and not text.endswith(b"\n") else 0)
+    return "no lines" if count == 0 else f"{count} line{'s' if count != 1 else ''}"
+
+
 def _lines(recorded: list[bytes], replayed: list[bytes], tally: _Tally) -> None:
     if len(recorded) != len(replayed):
-        tally.differs("lines", f"{len(recorded)} lines", f"{len(replayed)} lines")
+        tally.differs("lines", line_count(b"\n".join(recorded)),
+                      line_count(b"\n".join(replayed)))
         return
     for number, (a, b) in enumerate(zip(recorded, replayed, strict=True), start=1):
         if a == b:
