@@ -338,8 +338,13 @@ class Facet(TypedDict):
 
 
 class ExitStatusFacet(Facet):
+    """Both exit statuses; ``stderr``, when the replayed agent exited
+    non-zero: the first lines of what it wrote there (and the last ones,
+    when it wrote more)."""
+
     recorded: int | None
     replayed: int | None
+    stderr: NotRequired[list[str]]
 
 
 class StdoutFacet(Facet):
@@ -416,6 +421,14 @@ class StoppedFacet(Facet):
     reason: str
 
 
+class InterruptedFacet(Facet):
+    """A replay interrupted by SIGINT or SIGTERM (``signal`` its name): its
+    verdict is not a pass, and ``exit_code`` is 128 + the signal's number."""
+
+    signal: str
+    exit_code: int
+
+
 class Outcome(TypedDict, total=False):
     """What a replay left behind compared with the recording, one facet per
     part; ``exit_status``, ``stdout`` and ``files`` decide whether the
@@ -428,6 +441,7 @@ class Outcome(TypedDict, total=False):
     sandbox: SandboxFacet
     intercept: InterceptFacet
     stopped: StoppedFacet
+    interrupted: InterruptedFacet
 
 
 #: The facets whose sameness is the outcome's.

@@ -35,10 +35,12 @@ def plain(text: str, *, fg: str | None = None, bold: bool | None = None) -> str:
 
 
 def verdict_line(v: Verdict) -> str:
-    """The verdict in one line: pass or fail, the counts, the outcome."""
-    status = "PASS" if v.passed else "FAIL"
+    """The verdict in one line: pass, fail or interrupted, the counts, the
+    outcome (with both exit statuses when they differ)."""
+    status = ("PASS" if v.passed else
+              f"INTERRUPTED by {v.interrupted}" if v.interrupted is not None else "FAIL")
     outcome = ", ".join(
-        f"{name} {_facet_word(facet)}"
+        f"{name} {_facet_word(facet)}{_exit_statuses(name, facet)}"
         for name, facet in facets(v.outcome) if name in COMPARED_FACETS
     ) or "not compared"
     extra = "" if v.complete else " [replay did not finish]"
@@ -49,6 +51,14 @@ def verdict_line(v: Verdict) -> str:
         f"substituted {v.substituted}, diverged {v.diverged}, missing {v.missing}, "
         f"unused {v.unused}; outcome: {outcome}{tail}"
     )
+
+
+def _exit_statuses(name: str, facet: Facet) -> str:
+    """`` (0 -> 1)`` for an exit status facet that differs; else nothing."""
+    members: Mapping[str, object] = facet
+    if name != "exit_status" or facet.get("same") is not False:
+        return ""
+    return f" ({members.get('recorded')} -> {members.get('replayed')})"
 
 
 def _facet_word(facet: Facet) -> str:
@@ -162,6 +172,14 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
             lines.append(f"  at {where}: {_clip(rec, 40)} -> {_clip(rep, 40)}")
         if vol.get("count", 0) > 3:
             lines.append(f"  ... and {vol['count'] - 3} more such values")
+    exit_status = v.outcome.get("exit_status", {}) if v.outcome else {}
+    if exit_status.get("same") is False or exit_status.get("stderr"):
+        lines.append(style(f"exit status: recorded {exit_status.get('recorded')}, replay "
+                           f"{exit_status.get('replayed')}", fg="yellow", bold=True))
+        said = exit_status.get("stderr", [])
+        if said:
+            lines.append("  the agent's stderr:")
+            lines.extend("    " + _clip(line, 200) for line in said)
     stdout = v.outcome.get("stdout", {}) if v.outcome else {}
     if stdout.get("same") is False and stdout.get("diff"):
         lines.append(style("stdout differs:", fg="yellow", bold=True))

@@ -10,7 +10,8 @@ from typing import NotRequired, TypedDict
 from wiretape.model import Outcome, ReplayRow, facets
 from wiretape.playback import text
 
-#: Exit codes of ``wiretape replay`` (DESIGN.md).
+#: Exit codes of ``wiretape replay`` (DESIGN.md); an interrupted replay
+#: exits 128 + the signal's number (130 SIGINT, 143 SIGTERM).
 EXIT_PASS = 0
 EXIT_OUTCOME_DIFFERS = 1
 EXIT_USAGE = 2
@@ -58,6 +59,7 @@ VerdictJSON = TypedDict("VerdictJSON", {
     "outcome_same": bool,
     "exit_code": int,
     "pass": bool,
+    "interrupted": str | None,
 })
 
 
@@ -101,11 +103,22 @@ class Verdict:
         return all(facet.get("same") is not False for _, facet in facets(self.outcome))
 
     @property
+    def interrupted(self) -> str | None:
+        """The signal that interrupted the replay (``SIGINT``), or None."""
+        facet = self.outcome.get("interrupted")
+        signal = facet.get("signal") if isinstance(facet, dict) else None
+        return signal if isinstance(signal, str) else None
+
+    @property
     def passed(self) -> bool:
-        return self.complete and self.exchanges_pass and self.outcome_same
+        return (self.complete and self.interrupted is None and self.exchanges_pass
+                and self.outcome_same)
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted is not None:
+            code = self.outcome.get("interrupted", {}).get("exit_code")
+            return code if isinstance(code, int) and 128 < code < 256 else 130
         if not self.complete or not self.exchanges_pass:
             return EXIT_EXCHANGES_FAIL
         return EXIT_PASS if self.outcome_same else EXIT_OUTCOME_DIFFERS
@@ -144,6 +157,7 @@ class Verdict:
             "outcome_same": self.outcome_same,
             "exit_code": self.exit_code,
             "pass": self.passed,
+            "interrupted": self.interrupted,
         }
 
 
