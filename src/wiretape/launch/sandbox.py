@@ -11,9 +11,11 @@ nothing of proxies.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +33,12 @@ MAPPING_WARNING = (
     "agent can still reach the original files through absolute paths in its own files "
     "(its config, say)"
 )
+
+#: The prefix of a sandbox directory's name, under the temporary directory.
+PREFIX = "wiretape-sandbox-"
+#: In a sandbox's root: "PID START" of the process that made it (START from
+#: /proc/PID/stat where there is one, so a reused pid is told apart).
+PID_FILE = "wiretape.pid"
 
 
 @dataclass(frozen=True)
@@ -59,9 +67,10 @@ class Sandbox:
         home_path = _recorded_root(home, source, "home directory") if home else None
         for _, original, _ in snapshots:
             _recorded_root(original, source, "snapshot root")
-        root = Path(tempfile.mkdtemp(prefix="wiretape-sandbox-"))
+        root = Path(tempfile.mkdtemp(prefix=PREFIX))
         box = cls(root)
         try:
+            (root / PID_FILE).write_text(_process_mark(os.getpid()) or str(os.getpid()))
             for index, (snapshot_id, original, entries) in enumerate(snapshots):
                 orig = Path(original)
                 if home_path is not None and _is_under(orig, home_path):
@@ -72,7 +81,7 @@ class Sandbox:
                 restore(entries, target, source=source)
                 box.copies.append(Copy(snapshot_id, orig, target, tuple(entries)))
         except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
+            _remove_tree(root)
             raise
         return box
 
@@ -127,7 +136,82 @@ class Sandbox:
         return entry.data if entry is not None and entry.kind == "file" else None
 
     def remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        _remove_tree(self.root)
+
+    def release(self) -> None:
+        """Keep the sandbox: it is no longer this process's to sweep."""
+        with contextlib.suppress(OSError):
+            (self.root / PID_FILE).unlink()
+
+
+def _process_mark(pid: int) -> str | None:
+    """``"PID START"`` for a running process (START: its start time in
+    clock ticks since boot, from /proc), or None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold anything.
+    fields = data[data.rfind(b")") + 2:].split()
+    return f"{pid} {int(fields[19])}" if len(fields) > 19 else None
+
+
+def _alive(mark: str) -> bool:
+    """Whether the process a pid file names still runs (the same one)."""
+    parts = mark.split()
+    if not parts or not parts[0].isdigit():
+        return False
+    pid = int(parts[0])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    now = _process_mark(pid)
+    return len(parts) < 2 or now is None or now == mark
+
+
+def sweep_stale(parent: Path | None = None) -> list[Path]:
+    """Remove the sandboxes under ``parent`` (default: the temporary
+    directory) that this user's killed replays left behind: those whose pid
+    file names a process that no longer runs. Returns what was removed."""
+    base = Path(parent or tempfile.gettempdir())
+    removed = []
+    try:
+        candidates = [p for p in base.iterdir() if p.name.startswith(PREFIX)]
+    except OSError:
+        return []
+    for path in candidates:
+        try:
+            info = path.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            mark = (path / PID_FILE).read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if not _alive(mark):
+            _remove_tree(path)
+            removed.append(path)
+    return removed
+
+
+def _remove_tree(root: Path) -> None:
+    """Remove ``root`` and everything in it, also folders the agent made
+    read-only (made writable again first; links are never followed)."""
+    shutil.rmtree(root, ignore_errors=True)
+    if not root.exists():
+        return
+    with contextlib.suppress(OSError):
+        os.chmod(root, stat.S_IRWXU)
+    for folder, names, _files in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                with contextlib.suppress(OSError):
+                    os.chmod(path, stat.S_IRWXU)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _recorded_root(value: str, source: Path, what: str) -> Path:
