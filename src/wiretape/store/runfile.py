@@ -23,7 +23,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import zstandard
 
-from wiretape.errors import RunFileError
+from wiretape.errors import RunFileError, RunFileWriteError, write_failure_reason
 from wiretape.model import (
     ConnectReportJSON,
     Ending,
@@ -45,6 +45,22 @@ from wiretape.model import (
 )
 from wiretape.snapshot.tree import Change, ChangeJSON, Entry
 from wiretape.store import blobs, schema
+
+
+def _path_to_sql(path: str) -> str | bytes:
+    """A file name for a TEXT column: as text when it is UTF-8, else its
+    bytes as a BLOB (a name that is not UTF-8 comes from the file system
+    decoded with surrogateescape; ``os.fsencode`` gives back its bytes)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape")
+    return path
+
+
+def _path_from_sql(value: str | bytes) -> str:
+    """A file name as :func:`_path_to_sql` stored it."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def _headers_to_json(headers: Headers) -> str:
@@ -154,7 +170,8 @@ class RunFile:
                 self._db.execute("PRAGMA journal_mode = WAL")
                 self._db.execute("PRAGMA synchronous = NORMAL")
             except sqlite3.Error as exc:
-                raise RunFileError(self.path, f"cannot write the replay log: {exc}") from exc
+                raise RunFileWriteError(self.path, f"{write_failure_reason(exc)} (for the "
+                                                   "replay log)") from exc
 
     def close(self, *, compact: bool = False) -> None:
         """Close; with ``compact`` fold the WAL back so the file stands alone."""
@@ -421,7 +438,7 @@ class RunFile:
         with self._lock, self._db:
             cur = self._db.execute(
                 "INSERT INTO snapshots (root, taken_at_ns, files, bytes) VALUES (?, ?, ?, ?)",
-                (root, time.time_ns(), sum(1 for e in entries if e.kind == "file"),
+                (_path_to_sql(root), time.time_ns(), sum(1 for e in entries if e.kind == "file"),
                  sum(len(e.data) for e in entries)))
             snapshot_id = int(cur.lastrowid or 0)
             for e in entries:
@@ -429,7 +446,8 @@ class RunFile:
                 self._db.execute(
                     "INSERT INTO snapshot_entries (snapshot_id, path, kind, mode, blob, link)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
-                    (snapshot_id, e.path, e.kind, e.mode, digest, e.link),
+                    (snapshot_id, _path_to_sql(e.path), e.kind, e.mode, digest,
+                     _path_to_sql(e.link)),
                 )
         return snapshot_id
 
@@ -443,10 +461,11 @@ class RunFile:
                 rows = self._db.execute(
                     "SELECT path, kind, mode, blob, link FROM snapshot_entries"
                     " WHERE snapshot_id = ? ORDER BY path", (snapshot_id,)).fetchall()
-                entries = [Entry(path, kind, mode,
+                entries = [Entry(_path_from_sql(path), kind, mode,
                                  blobs.get(self._db, blob, self._cache) if blob else b"",
-                                 link or "") for path, kind, mode, blob, link in rows]
-                out.append((snapshot_id, root, entries))
+                                 _path_from_sql(link or ""))
+                           for path, kind, mode, blob, link in rows]
+                out.append((snapshot_id, _path_from_sql(root), entries))
         return out
 
     def set_outcome_changes(self, snapshot_id: int, changes: Sequence[Change],
@@ -464,7 +483,7 @@ class RunFile:
                 self._db.execute(
                     "INSERT INTO outcome_changes (snapshot_id, path, change, detail) "
                     "VALUES (?,?,?,?)",
-                    (snapshot_id, c.path, c.change, json.dumps(c.to_json())),
+                    (snapshot_id, _path_to_sql(c.path), c.change, json.dumps(c.to_json())),
                 )
 
     @_damage_is_an_input_error
