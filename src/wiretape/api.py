@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
     from wiretape.launch.intercept import InterceptionArguments
+    from wiretape.launch.record import RecordResult
     from wiretape.launch.replay import ReplaySettings
 
 __all__ = [
@@ -180,7 +181,11 @@ async def record_async(
     ``resolve``: ``{HOST: "IP:PORT"}`` addresses to reach hosts at.
 
     Raises CommandNotFound, PortInUse, InvalidUpstream, RunFileError (``out``
-    exists or cannot be written), UsageError.
+    exists or cannot be written), UsageError, Interrupted (SIGINT/SIGTERM
+    before the command started). A run file that could not be written in
+    full (disk full, say: later requests were refused, not forwarded)
+    raises RunFileWriteError once the command has ended, naming what was
+    not saved; what was saved before stays readable.
     """
     from wiretape.launch.record import record as launch_record
 
@@ -194,11 +199,30 @@ async def record_async(
         snapshots=None if snapshots is None else [Path(p) for p in snapshots],
         echo_stdout=kept_out, echo_stderr=kept_err,
         **_intercept_arguments(intercept, upstream_ca, resolve))
+    raise_unsaved(result)
     return Run(run_id=result.run_id, path=result.path, exchanges=result.exchanges,
                body_bytes=result.body_bytes, duration_s=result.duration_s,
                exit_status=result.exit_status, stdout=kept_out.getvalue(),
                stderr=kept_err.getvalue(), origins=result.origins,
                failures=tuple(result.failures))
+
+
+def raise_unsaved(result: RecordResult) -> None:
+    """Raise RunFileWriteError when a recording could not save everything,
+    naming what was lost."""
+    from wiretape.errors import RunFileWriteError
+
+    error = result.write_error
+    if error is None:
+        return
+    lost = [f"{result.not_saved} exchange(s) not saved"] if result.not_saved else []
+    if result.refused_unsaved:
+        lost.append(f"{result.refused_unsaved} later request(s) refused without forwarding")
+    if not result.end_saved:
+        lost.append("the run's end not saved")
+    raise RunFileWriteError(error.path, f"{error.reason}: {', '.join(lost)}; the "
+                                        f"{result.exchanges} exchange(s) saved before stay "
+                                        "readable")
 
 
 def record(
@@ -271,8 +295,12 @@ async def replay_async(
 
     The verdict is also stored in the run file (``wiretape verdict RUN``).
     A failing verdict is returned, not raised: check ``verdict.passed``.
+    The caller names the run, so its recorded command runs without asking,
+    also when it was recorded by someone else (the command line asks).
+    SIGINT or SIGTERM while the command runs gives an interrupted verdict.
 
-    Raises RunNotFound, RunFileError, CommandNotFound, PortInUse, UsageError.
+    Raises RunNotFound, RunFileError, CommandNotFound, PortInUse, UsageError,
+    Interrupted (SIGINT/SIGTERM before the command started).
     """
     from wiretape.launch.replay import replay as launch_replay
 

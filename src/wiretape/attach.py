@@ -29,7 +29,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from wiretape.api import MAX_BODY, ModeName, PaceName, Run, port_pairs, replay_settings, run_path
+from wiretape.api import (
+    MAX_BODY,
+    ModeName,
+    PaceName,
+    Run,
+    port_pairs,
+    raise_unsaved,
+    replay_settings,
+    run_path,
+)
 from wiretape.errors import UsageError
 from wiretape.model import Origin
 from wiretape.playback.verdict import Verdict
@@ -222,6 +231,7 @@ class RecordingProxy(_AttachedProxy[Run]):
             None, out=self._out, upstreams=list(self._upstreams.items()),
             ports=port_pairs(None, self._ports), max_body=self._max_body,
             on_listening=on_listening, until=until)
+        raise_unsaved(result)
         return Run(run_id=result.run_id, path=result.path, exchanges=result.exchanges,
                    body_bytes=result.body_bytes, duration_s=result.duration_s,
                    exit_status=None, origins=result.origins, failures=tuple(result.failures))

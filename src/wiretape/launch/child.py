@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import BinaryIO
 
 from wiretape.errors import CommandNotFound
@@ -81,15 +83,16 @@ class Child:
         echo_stdout: BinaryIO | None = None,
         echo_stderr: BinaryIO | None = None,
     ) -> Child:
-        """Start ``argv``. Raises CommandNotFound."""
+        """Start ``argv``. Raises CommandNotFound for any reason the system
+        gives for not starting it."""
         exe = resolve_command(argv, cwd, env)
         try:
             process = subprocess.Popen(
                 [exe, *argv[1:]], cwd=cwd, env=dict(env), stdin=None,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0,
             )
-        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-            raise CommandNotFound(argv[0], str(exc)) from exc
+        except OSError as exc:
+            raise CommandNotFound(argv[0], _why_not_started(exc)) from exc
         child = cls(process)
         child._terminal = _hand_terminal_to(process.pid)
         out = echo_stdout if echo_stdout is not None else sys.stdout.buffer
@@ -150,22 +153,73 @@ class Child:
             await self.wait()
 
 
-@contextlib.contextmanager
-def forward_signals(child: Child) -> Iterator[None]:
-    """While the child runs, SIGINT/SIGTERM to wiretape go to its group."""
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, child.signal_group, sig)
-            installed.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
-    try:
-        yield
-    finally:
-        for sig in installed:
+def _why_not_started(exc: OSError) -> str:
+    """The system's reason for not starting a program, in words a user can act on."""
+    said = exc.strerror or str(exc)
+    if exc.errno == errno.ENOEXEC:
+        return (f"{said}: the system cannot start it (a script needs a first line such as "
+                "#!/bin/sh naming its interpreter)")
+    return said
+
+
+class Interrupts:
+    """SIGINT and SIGTERM for the length of a session (``with`` inside the
+    session's task): each is noted in ``signum`` (the first one); while an
+    agent runs (:meth:`forward_to`) it goes to the agent's process group,
+    which decides how to end; otherwise the session's task is cancelled,
+    so that it gives back what it took. Outside the main thread, or where
+    the loop cannot take signal handlers, nothing is installed."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        #: True once a signal cancelled the session's task
+        self.cancelled = False
+        self._child: Child | None = None
+        self._task: asyncio.Task[object] | None = None
+        #: each signal handled, with the handler it had before
+        self._installed: list[tuple[int, object]] = []
+
+    def __enter__(self) -> Interrupts:
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                before = signal.getsignal(sig)
+                loop.add_signal_handler(sig, self._arrived, sig)
+                self._installed.append((sig, before))
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        loop = asyncio.get_running_loop()
+        for sig, before in self._installed:
             loop.remove_signal_handler(sig)
+            # The handler it had before (asyncio.run's own for SIGINT, say).
+            if before is not None and (callable(before) or isinstance(before, int)):
+                with contextlib.suppress(ValueError, TypeError, OSError):
+                    signal.signal(sig, before)
+        self._installed.clear()
+
+    def forward_to(self, child: Child | None) -> None:
+        """Signals go to ``child``'s group from now on (None: no longer)."""
+        self._child = child
+
+    def _arrived(self, sig: int) -> None:
+        if self.signum is None:
+            self.signum = sig
+        if self._child is not None:
+            self._child.signal_group(sig)
+        elif self._task is not None and not self._task.done():
+            self.cancelled = True
+            self._task.cancel()
+
+    def uncancel(self) -> None:
+        """Take back the cancellation a signal made, once it has been
+        handled (the session ends in a value or an Interrupted error)."""
+        if self.cancelled and self._task is not None:
+            self._task.uncancel()
 
 
 def _hand_terminal_to(pgid: int) -> int | None:

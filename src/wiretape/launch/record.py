@@ -2,7 +2,8 @@
 with its base-URL variables pointed at them, and the run file.
 
 Ports are bound and the command resolved before the run file is created, so
-bad input leaves nothing half-made behind.
+bad input leaves nothing half-made behind; a run file whose recording could
+not begin (its snapshot could not be stored, say) is removed again.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,8 +19,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 from wiretape import __version__
-from wiretape.errors import RunFileError, UsageError
-from wiretape.launch.child import Child, forward_signals, resolve_command
+from wiretape.errors import (
+    Interrupted,
+    RunFileError,
+    RunFileWriteError,
+    UsageError,
+    write_failure_reason,
+)
+from wiretape.launch import trust
+from wiretape.launch.child import Child, Interrupts, resolve_command
 from wiretape.launch.intercept import (
     Interception,
     InterceptSettings,
@@ -28,7 +37,7 @@ from wiretape.launch.intercept import (
     proxy_environment,
 )
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins
-from wiretape.model import DEFAULT_MAX_BODY, Origin, RunInfo
+from wiretape.model import DEFAULT_MAX_BODY, Exchange, Origin, RunInfo
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
 from wiretape.proxy.http1 import ErrorBody, Handler, plain_error
@@ -57,6 +66,25 @@ class RecordResult:
     refused: list[tuple[int, str]] = field(default_factory=list)
     #: what the forward proxy saw (``--intercept`` only)
     connect: ConnectReport | None = None
+    #: recorded responses with a status of 400 or more: status to count
+    error_statuses: dict[int, int] = field(default_factory=dict)
+    #: the first write that failed (``cannot write run file PATH: disk
+    #: full``); None when everything was saved
+    write_error: RunFileWriteError | None = None
+    #: exchanges forwarded but not saved, because a write failed
+    not_saved: int = 0
+    #: requests answered with an error and not forwarded after a write failed
+    refused_unsaved: int = 0
+    #: the signal (SIGINT, SIGTERM) that arrived while the agent ran, if any
+    interrupted: int | None = None
+    #: False when the run's end (exit status, output, what the agent
+    #: changed) could not be stored
+    end_saved: bool = True
+
+    @property
+    def complete(self) -> bool:
+        """True when every exchange that crossed the proxy was saved."""
+        return self.write_error is None
 
 
 def _origin_error_body(path: bytes) -> ErrorBody:
@@ -117,21 +145,53 @@ async def record(
     agent still running are given back, and the run file, once made, keeps
     its end and outcome.
 
+    A write that fails (disk full) stops the recording: later requests get
+    an error and are not forwarded, and the result names the failure
+    (``write_error``) and what was not saved; what was committed before
+    stays readable.
+
+    With a command, SIGINT and SIGTERM go to the agent's group while it
+    runs (its exit status says how it took them; ``interrupted`` names the
+    signal); before it starts they end the recording, giving back what was
+    taken, with Interrupted.
+
     Returns the RecordResult; the child's exit status is in it. Raises
-    CommandNotFound, PortInUse, InvalidUpstream, UsageError, RunFileError.
+    CommandNotFound, PortInUse, InvalidUpstream, UsageError, RunFileError
+    (RunFileWriteError: the run file could not be created or its snapshot
+    stored), Interrupted.
     """
-    async with contextlib.AsyncExitStack() as stack:
-        session = await _prepare_record(
-            stack, argv, cwd=cwd or os.getcwd(), out=out, upstreams=upstreams, ports=ports,
-            max_body=max_body, snapshots=snapshots, snapshot_max=snapshot_max,
-            intercept=intercept, upstream_options=upstream_options or UpstreamOptions())
-        # The run file exists: however the recording ends, it keeps its end and outcome.
-        stack.push_async_callback(_judge_record, session)
-        if on_environment is not None:
-            on_environment({name: session.env[name] for name in session.env_names})
-        if on_listening is not None:
-            on_listening(session.origins)
-        await _serve_record(stack, session, until, echo_stdout, echo_stderr)
+    interrupts = Interrupts() if argv is not None else None
+    session: _Recording | None = None
+    with interrupts or contextlib.nullcontext():
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                session = await _prepare_record(
+                    stack, argv, cwd=cwd or os.getcwd(), out=out, upstreams=upstreams,
+                    ports=ports, max_body=max_body, snapshots=snapshots,
+                    snapshot_max=snapshot_max, intercept=intercept,
+                    upstream_options=upstream_options or UpstreamOptions())
+                # The run file exists: however the recording ends, it keeps its end and outcome.
+                stack.push_async_callback(_judge_record, session)
+                if on_environment is not None:
+                    on_environment({name: session.env[name] for name in session.env_names})
+                if on_listening is not None:
+                    on_listening(session.origins)
+                await _serve_record(stack, session, until, echo_stdout, echo_stderr,
+                                    interrupts)
+        except asyncio.CancelledError:
+            if interrupts is None or not interrupts.cancelled or interrupts.signum is None:
+                raise
+            interrupts.uncancel()
+            if session is None:
+                raise Interrupted(interrupts.signum, "before the recording began; nothing "
+                                                     "was recorded") from None
+            when = ("after the agent exited" if session.exit_status is not None
+                    else "before the agent started")
+            raise Interrupted(interrupts.signum, f"{when}; the run file {session.path} keeps "
+                                                 "what was recorded") from None
+    assert session is not None
+    if interrupts is not None:
+        session.interrupted = interrupts.signum
     return session.result()
 
 
@@ -161,13 +221,28 @@ class _Recording:
     stderr: bytes = b""
     exchanges: int = 0
     body_bytes: int = 0
+    #: recorded responses with a status of 400 or more: status to count
+    error_statuses: dict[int, int] = field(default_factory=dict)
+    #: a write of the run's end or outcome that failed (the recorder's own
+    #: failure is ``recorder.write_failure``)
+    write_error: RunFileWriteError | None = None
+    interrupted: int | None = None
+
+    def count_status(self, exchange: Exchange) -> None:
+        """Note a stored exchange's status when it is an error (400 or more)."""
+        status = exchange.response.status if exchange.response is not None else None
+        if status is not None and status >= 400:
+            self.error_statuses[status] = self.error_statuses.get(status, 0) + 1
 
     def result(self) -> RecordResult:
+        stats = self.recorder.stats
         return RecordResult(self.run_id, self.path, self.exchanges, self.body_bytes,
                             time.monotonic() - self.started, self.exit_status,
-                            tuple(self.origins), self.recorder.stats.failures,
-                            self.listeners.refused,
-                            self.connect.report if self.connect is not None else None)
+                            tuple(self.origins), stats.failures, self.listeners.refused,
+                            self.connect.report if self.connect is not None else None,
+                            dict(sorted(self.error_statuses.items())),
+                            self.recorder.write_failure or self.write_error, stats.not_saved,
+                            stats.refused, self.interrupted, self.write_error is None)
 
 
 async def _prepare_record(
@@ -189,7 +264,7 @@ async def _prepare_record(
     path = Path(out) if out is not None else runs_dir() / f"{run_id}.wtape"
     if path.exists():
         raise RunFileError(path, "it already exists and is never overwritten; "
-                           "choose another -o path")
+                           "choose another -o path", action="write")
     roots = [Path(cwd)] if snapshots is None and argv is not None else list(snapshots or [])
     made_for_run = frozenset(p for p in path.absolute().parents if not p.exists())
     taken = take_snapshots(roots, exclude=store_paths(path), max_bytes=snapshot_max)
@@ -211,17 +286,63 @@ async def _prepare_record(
         stack, listeners, planned, ports, intercept, upstream_options, handler_for, store_report)
     info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=tuple(argv or ()), cwd=cwd,
                    env_names=tuple(sorted(names)), origins=tuple(origins),
-                   started_at_ns=time.time_ns(), mode="record" if argv is not None else "serve")
-    run = RunFile.create(path, info)
+                   started_at_ns=time.time_ns(), mode="record" if argv is not None else "serve",
+                   extra=trust.here())
+    run = _create_run(path, info)
     stack.callback(run.close, compact=True)
-    if intercept is not None:
-        run.set_intercept(sorted(h for h in intercept_hosts(intercept.extra_hosts)))
-    snapshot_ids = [(run.add_snapshot(str(root), entries), root, entries)
-                    for root, entries in taken]
-    recorder = Recorder(run, options=upstream_options)
+    try:
+        if intercept is not None:
+            run.set_intercept(sorted(h for h in intercept_hosts(intercept.extra_hosts)))
+        snapshot_ids = [(run.add_snapshot(str(root), entries), root, entries)
+                        for root, entries in taken]
+    except BaseException as exc:
+        # The recording never began: no half-made run file is left behind.
+        run.close()
+        _remove_run_file(path)
+        if isinstance(exc, Exception) and not isinstance(exc, RunFileError):
+            raise RunFileWriteError(path, f"{write_failure_reason(exc)} while storing the "
+                                          "snapshot; nothing was recorded") from exc
+        raise
+    session: _Recording | None = None
+
+    def on_exchange(exchange: Exchange) -> None:
+        if session is not None:
+            session.count_status(exchange)
+
+    recorder = Recorder(run, options=upstream_options, on_exchange=on_exchange)
     stack.push_async_callback(recorder.aclose)
-    return _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run, recorder,
-                      listeners, connect, origins, env, names, snapshot_ids, made_for_run)
+    session = _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run,
+                         recorder, listeners, connect, origins, env, names, snapshot_ids,
+                         made_for_run)
+    return session
+
+
+def _create_run(path: Path, info: RunInfo) -> RunFile:
+    """The new run file; one that could be created but not written (a full
+    disk) is removed again. Raises RunFileError: RunFileWriteError when the
+    system would not let it be written."""
+    try:
+        return RunFile.create(path, info)
+    except RunFileError as exc:
+        cause = exc.__cause__
+        if isinstance(exc, RunFileWriteError) or not isinstance(cause, (sqlite3.Error, OSError)):
+            raise
+        if isinstance(cause, FileExistsError):
+            if path.exists() or path.is_symlink():
+                raise  # it exists: never overwritten, never removed
+            raise RunFileWriteError(path, f"{path.parent} is not a folder") from cause
+        failure: BaseException = cause
+    except (sqlite3.Error, OSError) as exc:
+        failure = exc
+    _remove_run_file(path)
+    raise RunFileWriteError(path, f"{write_failure_reason(failure)}; nothing was "
+                                  "recorded") from failure
+
+
+def _remove_run_file(path: Path) -> None:
+    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
 
 
 async def _listen_record(
@@ -260,10 +381,10 @@ async def _listen_record(
 
 async def _serve_record(stack: contextlib.AsyncExitStack, session: _Recording,
                         until: asyncio.Event | None, echo_stdout: BinaryIO | None,
-                        echo_stderr: BinaryIO | None) -> None:
+                        echo_stderr: BinaryIO | None, interrupts: Interrupts | None) -> None:
     """Run the agent while the proxy records (with no command: wait for
     ``until``). The child is entered into ``stack``, and SIGINT/SIGTERM go
-    to its group until serving ends."""
+    to its group until it exits."""
     session.started = time.monotonic()
     if session.argv is None:
         assert until is not None
@@ -272,8 +393,12 @@ async def _serve_record(stack: contextlib.AsyncExitStack, session: _Recording,
     child = await Child.start(session.argv, cwd=session.cwd, env=session.env,
                               echo_stdout=echo_stdout, echo_stderr=echo_stderr)
     await stack.enter_async_context(child)
-    stack.enter_context(forward_signals(child))
+    if interrupts is not None:
+        interrupts.forward_to(child)
+        stack.callback(interrupts.forward_to, None)
     result = await child.wait()
+    if interrupts is not None:
+        interrupts.forward_to(None)
     session.exit_status, session.stdout, session.stderr = (result.exit_status, result.stdout,
                                                            result.stderr)
 
@@ -286,15 +411,25 @@ async def _judge_record(session: _Recording) -> None:
     await session.listeners.close()
     await session.recorder.aclose()
     run = session.run
-    if session.connect is not None:
-        run.set_connect_report(session.connect.report.to_json())
-    run.finish(session.exit_status, session.stdout, session.stderr)
-    exclude = store_paths(session.path) | session.made_for_run
-    for snapshot_id, root, entries in session.snapshots:
-        after = {e.path: e for e in walk(root, exclude=exclude)}
-        changes = compare({e.path: e for e in entries}, after)
-        run.set_outcome_changes(snapshot_id, changes, _kept_contents(changes, after))
-    session.exchanges, session.body_bytes = run.exchange_count(), run.body_bytes()
+    try:
+        if session.connect is not None:
+            run.set_connect_report(session.connect.report.to_json())
+        run.finish(session.exit_status, session.stdout, session.stderr)
+        exclude = store_paths(session.path) | session.made_for_run
+        for snapshot_id, root, entries in session.snapshots:
+            after = {e.path: e for e in walk(root, exclude=exclude)}
+            changes = compare({e.path: e for e in entries}, after)
+            run.set_outcome_changes(snapshot_id, changes, _kept_contents(changes, after))
+    except (sqlite3.Error, OSError) as exc:
+        # The same failure the recorder may have met: named, not raised, so
+        # that the summary says what was and was not saved.
+        session.write_error = RunFileWriteError(
+            session.path, f"{write_failure_reason(exc)} while storing the run's end")
+    try:
+        session.exchanges, session.body_bytes = run.exchange_count(), run.body_bytes()
+    except RunFileError:
+        session.exchanges = session.recorder.stats.exchanges
+        session.body_bytes = session.recorder.stats.body_bytes
 
 
 #: Text files up to this size (bytes) keep their recorded result, so that a

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
-from wiretape.errors import PortInUse, UsageError
+from wiretape.errors import Interrupted, PortInUse, UsageError, signal_name
 from wiretape.inspect.verdicts import verdict_of
 from wiretape.launch import isolate
-from wiretape.launch.child import Child, forward_signals, resolve_command
+from wiretape.launch.child import Child, Interrupts, resolve_command
 from wiretape.launch.intercept import (
     Interception,
     forward_proxy_port,
@@ -31,10 +31,11 @@ from wiretape.launch.intercept import (
     proxy_environment,
 )
 from wiretape.launch.origins import child_environment
-from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet
+from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet, sweep_stale
 from wiretape.matching.volatile import compare_volatile
 from wiretape.model import (
     DEFAULT_MAX_BODY,
+    ExitStatusFacet,
     IsolationFacet,
     Origin,
     Outcome,
@@ -72,9 +73,32 @@ class ReplaySettings:
     intercept: bool | None = None  # None: as recorded (a run recorded with --intercept intercepts)
 
 
+#: How much of a failed agent's stderr the verdict keeps: the first lines,
+#: and the last ones when there are more (a traceback ends in its error).
+STDERR_HEAD_LINES = 8
+STDERR_TAIL_LINES = 4
+STDERR_LINE_MAX = 300
+
+
+def stderr_excerpt(stderr: bytes) -> list[str]:
+    """The first lines of ``stderr`` (and its last ones, when it is longer),
+    each cut short, with a line saying how many were left out."""
+    lines = [line.rstrip("\r")[:STDERR_LINE_MAX]
+             for line in stderr.decode("utf-8", "replace").rstrip("\n").split("\n")]
+    if lines == [""]:
+        return []
+    if len(lines) <= STDERR_HEAD_LINES + STDERR_TAIL_LINES:
+        return lines
+    left_out = len(lines) - STDERR_HEAD_LINES - STDERR_TAIL_LINES
+    return [*lines[:STDERR_HEAD_LINES], f"... ({left_out} more line{'s' if left_out != 1 else ''})",
+            *lines[-STDERR_TAIL_LINES:]]
+
+
 def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: int | None,
-               stdout: bytes, since: float | None = None) -> Outcome:
-    """The outcome part of a verdict: each facet same, differs, or not compared (None)."""
+               stdout: bytes, since: float | None = None, stderr: bytes = b"") -> Outcome:
+    """The outcome part of a verdict: each facet same, differs, or not
+    compared (None). An agent that exited non-zero leaves the first lines
+    of its ``stderr`` in the exit status facet."""
     if exit_status is None:
         return {}
     # A run with no recorded exit status (imported, or attached with serve)
@@ -83,9 +107,12 @@ def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: i
     # Output that differs only in timestamps (a log line's time) is the same
     # output; the values are named under "volatile".
     compared = compare_volatile(recorded_stdout, stdout, since=since)
+    exit_facet: ExitStatusFacet = {"same": recorded_exit == exit_status if known else None,
+                                   "recorded": recorded_exit, "replayed": exit_status}
+    if exit_status != 0:
+        exit_facet["stderr"] = stderr_excerpt(stderr)
     return {
-        "exit_status": {"same": recorded_exit == exit_status if known else None,
-                        "recorded": recorded_exit, "replayed": exit_status},
+        "exit_status": exit_facet,
         "stdout": {"same": compared.same if known else None, "recorded_bytes": len(recorded_stdout),
                    "replayed_bytes": len(stdout), "volatile": compared.summary(),
                    "real": [list(r) for r in compared.real],
@@ -288,20 +315,40 @@ async def replay(
     isolation, an agent still running and the sandbox (unless ``keep``)
     are given back, and a replay that has begun keeps its end and outcome.
 
-    Raises RunFileError, CommandNotFound, PortInUse, UsageError.
+    With a command, SIGINT and SIGTERM go to the agent's group while it
+    runs, and the verdict is stored and returned as interrupted (its exit
+    code 128 + the signal's number); one that arrives before the replay
+    began ends it, giving back what was taken, with Interrupted.
+
+    Raises RunFileError, CommandNotFound, PortInUse, UsageError, Interrupted.
     """
-    async with contextlib.AsyncExitStack() as stack:
-        session = await _prepare_replay(stack, path, argv, settings, cwd=cwd, until=until,
-                                        on_decision=on_decision)
-        if on_environment is not None and session.proxy_variables is not None:
-            on_environment(session.proxy_variables)
-        session.start()
-        # The replay has begun: however it ends, its outcome is stored and judged.
-        stack.push_async_callback(_judge_replay, session)
-        if on_listening is not None:
-            on_listening(session.origins)
-        await _serve_replay(stack, session, echo_stdout, echo_stderr)
-    assert session.verdict is not None
+    interrupts = Interrupts() if until is None else None
+    session: _Replay | None = None
+    with interrupts or contextlib.nullcontext():
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                session = await _prepare_replay(stack, path, argv, settings, cwd=cwd,
+                                                until=until, on_decision=on_decision)
+                session.interrupts = interrupts
+                if on_environment is not None and session.proxy_variables is not None:
+                    on_environment(session.proxy_variables)
+                session.start()
+                # The replay has begun: however it ends, its outcome is stored and judged.
+                stack.push_async_callback(_judge_replay, session)
+                if on_listening is not None:
+                    on_listening(session.origins)
+                await _serve_replay(stack, session, echo_stdout, echo_stderr)
+        except asyncio.CancelledError:
+            if interrupts is None or not interrupts.cancelled or interrupts.signum is None:
+                raise
+            interrupts.uncancel()
+            if session is None:
+                raise Interrupted(interrupts.signum, "before the replay began; nothing was "
+                                                     "replayed or stored") from None
+            if session.verdict is None:
+                raise Interrupted(interrupts.signum, "before its verdict was stored (`wiretape "
+                                                     "verdict RUN` reads what was)") from None
+    assert session is not None and session.verdict is not None
     return session.verdict
 
 
@@ -356,6 +403,7 @@ class _Replay:
     stdout: bytes = b""
     stderr: bytes = b""
     verdict: Verdict | None = None
+    interrupts: Interrupts | None = None
 
     def start(self) -> None:
         """Begin the replay in the run file, with how it is served."""
@@ -377,7 +425,9 @@ async def _prepare_replay(
 ) -> _Replay:
     """Open the run, check the input, restore the sandbox and plan the
     launch; then prepare the isolation and bind the listeners. Each
-    resource is entered into ``stack`` as it is acquired."""
+    resource is entered into ``stack`` as it is acquired. Sandboxes that
+    killed replays left behind are swept first."""
+    sweep_stale()
     run = RunFile.open(path)
     stack.callback(run.close, compact=True)
     run.prepare_for_writes()
@@ -433,8 +483,10 @@ def _plan_replay(
         snapshots = current_state(snapshots, path)
     sandbox = (Sandbox.restore(snapshots, source=path, home=os.environ.get("HOME"))
                if snapshots else None)
-    if sandbox is not None and not settings.keep:
-        stack.callback(sandbox.remove)
+    if sandbox is not None:
+        # A kept sandbox is the user's: it loses the mark that lets a later
+        # replay sweep it away as the leftover of a killed one.
+        stack.callback(sandbox.release if settings.keep else sandbox.remove)
     if command is not None:
         # The agent's own command is checked where it will run: in the
         # sandbox copy of its working directory, when there is one.
@@ -488,8 +540,13 @@ async def _serve_replay(stack: contextlib.AsyncExitStack, session: _Replay,
                               echo_stdout=echo_stdout, echo_stderr=echo_stderr)
     await stack.enter_async_context(child)
     session.stopping.child = child
-    stack.enter_context(forward_signals(child))
+    interrupts = session.interrupts
+    if interrupts is not None:
+        interrupts.forward_to(child)
+        stack.callback(interrupts.forward_to, None)
     result = await child.wait()
+    if interrupts is not None:
+        interrupts.forward_to(None)
     session.exit_status, session.stdout, session.stderr = (result.exit_status, result.stdout,
                                                            result.stderr)
 
@@ -505,7 +562,8 @@ async def _judge_replay(session: _Replay) -> None:
     run, info, settings, launch = session.run, session.info, session.settings, session.launch
     exit_status, stdout, replayer = session.exit_status, session.stdout, session.replayer
     since = info.started_at_ns / 1e9 if info.started_at_ns else None
-    outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout, since)
+    outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout, since,
+                         session.stderr)
     sandbox = session.sandbox
     if sandbox is not None and exit_status is not None:
         box = sandbox
@@ -520,5 +578,9 @@ async def _judge_replay(session: _Replay) -> None:
         outcome["intercept"] = {"same": None, **session.connect.report.to_json()}
     if replayer.stopped:
         outcome["stopped"] = {"same": None, "reason": replayer.stopped}
+    signum = session.interrupts.signum if session.interrupts is not None else None
+    if signum is not None:
+        outcome["interrupted"] = {"same": None, "signal": signal_name(signum),
+                                  "exit_code": 128 + signum}
     run.finish_replay(replayer.replay_id, exit_status, stdout, session.stderr, outcome)
     session.verdict = verdict_of(run, replayer.replay_id)

@@ -3,6 +3,11 @@ client as it arrives, and store the exchange (redacted) when it ends.
 
 Owns the per-exchange bookkeeping (sequence numbers, timing, how it ended).
 Knows nothing of the CLI or of replay.
+
+A write that fails (disk full, say) stops the recording: that exchange and
+every later one are counted as not saved, and each later request gets an
+error in its provider's shape without being forwarded (nothing more is paid
+for that cannot be kept).
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from wiretape.errors import RunFileWriteError, write_failure_reason
 from wiretape.model import Ending, Exchange, Frame, Request, Response
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import upstream
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
-from wiretape.proxy.shapes import unreachable_response
+from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.redaction import redact_request, redact_response
 from wiretape.store.runfile import RunFile
 
@@ -30,6 +36,10 @@ class RecordStats:
     exchanges: int = 0
     body_bytes: int = 0
     failures: list[str] = field(default_factory=list)
+    #: exchanges forwarded but not stored, because a write failed
+    not_saved: int = 0
+    #: requests answered with an error after a write failed, not forwarded
+    refused: int = 0
 
 
 class Recorder:
@@ -45,6 +55,8 @@ class Recorder:
         self._on_exchange = on_exchange
         self._pending: set[asyncio.Task[None]] = set()
         self.stats = RecordStats()
+        #: the first failed write; once set, nothing more is forwarded or stored
+        self.write_failure: RunFileWriteError | None = None
 
     async def aclose(self) -> None:
         """Wait for every exchange to be committed, then close the client."""
@@ -64,6 +76,9 @@ class Recorder:
         self, conn: ClientConnection, request: Request, origin: str, upstream_url: str,
         root: str, host: str, connection_id: int,
     ) -> None:
+        if self.write_failure is not None:
+            await self._refuse(conn, request, self.write_failure)
+            return
         seq = next(self._seq)
         wall, t0 = time.time_ns(), time.monotonic_ns()
         frames: list[Frame] = []
@@ -134,6 +149,18 @@ class Recorder:
                             ttfb, duration, error)
         self._schedule_store(exchange)
 
+    async def _refuse(self, conn: ClientConnection, request: Request,
+                      failure: RunFileWriteError) -> None:
+        self.stats.refused += 1
+        headers, body = error_response(
+            request.path, 503, "wiretape_cannot_write",
+            f"wiretape: {failure}; this request was not forwarded, so that nothing more is "
+            "sent to the provider that cannot be recorded")
+        with contextlib.suppress(ClientGone):
+            await conn.send_head(503, b"Service Unavailable", headers)
+            await conn.send_data(body)
+            await conn.end()
+
     def _schedule_store(self, exchange: Exchange) -> None:
         """Store off the client's path: the next request on this connection
         need not wait for the commit."""
@@ -151,7 +178,15 @@ class Recorder:
                           exchange.started_at_ns, request, response, exchange.ending,
                           exchange.ttfb_ns, exchange.duration_ns, exchange.error)
         async with self._write_lock:
-            await asyncio.to_thread(self._run.write_exchange, stored, facts)
+            if self.write_failure is not None:
+                self.stats.not_saved += 1
+                return
+            try:
+                await asyncio.to_thread(self._run.write_exchange, stored, facts)
+            except Exception as exc:  # whatever it was, the exchange is not on disk
+                self.write_failure = RunFileWriteError(self._run.path, write_failure_reason(exc))
+                self.stats.not_saved += 1
+                return
         self.stats.exchanges += 1
         self.stats.body_bytes += len(request.body) + (len(response.body) if response else 0)
         if exchange.ending is not Ending.COMPLETE:
