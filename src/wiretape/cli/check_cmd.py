@@ -17,11 +17,15 @@ from typing import TYPE_CHECKING
 import click
 
 from wiretape.cli import render
+from wiretape.cli.files import write_whole
 from wiretape.errors import UsageError
 from wiretape.model import facets
 from wiretape.suite import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from wiretape.launch.trust import Elsewhere
     from wiretape.suite.runner import CheckResult
 
 HEADER = ["run", "result", "recorded", "exact", "substituted", "diverged", "missing", "unused",
@@ -86,8 +90,11 @@ def progress_line(result: CheckResult, done: int, total: int) -> str:
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
               default=DEFAULT_TIMEOUT_S, show_default=True, metavar="SECONDS",
               help="Stop a replay that takes longer; it fails.")
+@click.option("-y", "--yes", is_flag=True,
+              help="Run the recorded commands of runs recorded by another user or on another "
+                   "host (a CI machine replaying the runs of a repository) without asking.")
 def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, diagnostic: bool,
-          free_ports: bool, timeout_s: float) -> None:
+          free_ports: bool, timeout_s: float, yes: bool) -> None:
     """Replay every run in PATHS (run files, and *.wtape files in folders,
     recursively) with no provider, in parallel, and report.
 
@@ -95,8 +102,11 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
     written), runs the recorded command in the recorded directory, and
     listens on the recorded ports; runs recorded on the same port replay
     one after another. Runs recorded through a proxy only (no command) are
-    skipped: their own tests replay them. Exit status: 0 every run passes;
-    1 any run fails or cannot be replayed; 2 usage error.
+    skipped: their own tests replay them. Runs recorded by another user or
+    on another host run their recorded command only with --yes (or after
+    a yes on a terminal); without it each fails with a line saying so. A
+    run file that cannot be read fails on its own line. Exit status: 0
+    every run passes; 1 any run fails or cannot be replayed; 2 usage error.
 
     \b
     Example:
@@ -122,9 +132,23 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
         click.echo(progress_line(result, len(finished), len(runs)), err=True)
 
     t0 = time.monotonic()
+    def approve(strangers: Sequence[Elsewhere]) -> bool:
+        if yes:
+            return True
+        if not (sys.stdin.isatty() and sys.stderr.isatty()):
+            return False
+        were = "runs were" if len(strangers) != 1 else "run was"
+        click.echo(f"wiretape check: {len(strangers)} {were} recorded by another user or on "
+                   "another host; replaying runs their "
+                   "recorded commands, against files restored from the runs:", err=True)
+        for elsewhere in strangers:
+            click.echo(f"  {elsewhere.run_id} (recorded {elsewhere.who()}): "
+                       f"{render.command_line(elsewhere.argv)}", err=True)
+        return click.confirm("Run these commands?", default=False, err=True)
+
     results = asyncio.run(check_runs(runs, jobs=workers, free_ports=free_ports,
                                      diagnostic=diagnostic, timeout_s=timeout_s,
-                                     on_result=on_result))
+                                     on_result=on_result, approve=approve))
     duration = time.monotonic() - t0
     for line in render.table([row(r) for r in results], HEADER):
         click.echo(line)
@@ -145,9 +169,8 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
     if junit_path is not None:
         from wiretape.suite.junit import junit_xml
 
-        junit_path.parent.mkdir(parents=True, exist_ok=True)
-        junit_path.write_bytes(junit_xml(results, duration_s=duration,
-                                         name_of=lambda r: display(r.path), describe=describe))
+        write_whole(junit_path, junit_xml(results, duration_s=duration,
+                                          name_of=lambda r: display(r.path), describe=describe))
     count = {status: sum(1 for r in results if r.status is status) for status in Status}
     skipped = f", {count[Status.SKIP]} skipped (no command)" if count[Status.SKIP] else ""
     click.echo(f"\nwiretape check: {len(results)} runs: {count[Status.PASS]} passed, "

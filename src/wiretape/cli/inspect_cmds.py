@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wiretape.cli.render import table, verdict_line
+from wiretape.cli.files import text_bytes, write_whole
+from wiretape.cli.render import printable, table, verdict_line
 from wiretape.errors import UsageError
 
 if TYPE_CHECKING:
@@ -125,10 +126,7 @@ def report(run: str, out: Path | None) -> None:
     ov = _read(run, "reading")
     page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts)
     target = out or Path(f"{ov.info.run_id}.html")
-    try:
-        target.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    write_whole(target, text_bytes(printable(page)))
     click.echo(f"wiretape: report of {ov.info.run_id} ({len(ov.rows)} exchanges, "
                f"{len(ov.ledger.entries)} tool calls, {len(ov.verdicts)} replays) -> {target}",
                err=True)
@@ -159,14 +157,13 @@ def export(run: str, har_file: Path) -> None:
             data = export_har(rf.info(), iter(rf.exchanges()), rf.redactions(), progress.advance)
         finally:
             progress.close()
-    payload = json.dumps(data, indent=1, ensure_ascii=False)
+    # A name or argument that was not UTF-8 (a lone surrogate) is written as
+    # its JSON escape, which reads back as the same string.
+    payload = text_bytes(json.dumps(data, indent=1, ensure_ascii=False))
     if str(har_file) == "-":
         click.echo(payload)
         return
-    try:
-        har_file.write_text(payload, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {har_file}: {exc.strerror or exc}") from exc
+    write_whole(har_file, payload)
     click.echo(f"wiretape: exported {len(data['log']['entries'])} exchanges of "
                f"{data['log']['_wiretape']['run_id']} -> {har_file}", err=True)
 

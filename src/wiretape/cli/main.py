@@ -9,6 +9,7 @@ these definitions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sqlite3
@@ -22,7 +23,7 @@ import click
 from wiretape import __version__
 from wiretape.cli import inspect_cmds, render
 from wiretape.cli.check_cmd import check
-from wiretape.errors import UsageError, WiretapeError
+from wiretape.errors import EXIT_NOT_SAVED, UsageError, WiretapeError
 from wiretape.model import DEFAULT_MAX_BODY
 from wiretape.playback.verdict import EXIT_USAGE
 from wiretape.snapshot.tree import DEFAULT_MAX_BYTES as DEFAULT_SNAPSHOT_MAX
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from wiretape.launch.intercept import InterceptionArguments
     from wiretape.model import Origin
     from wiretape.playback.decide import Mode, Substitution
+    from wiretape.playback.verdict import Verdict
 
 T = TypeVar("T")
 #: A function being made a click command.
@@ -148,6 +150,10 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
     """Run COMMAND with its provider base URLs pointed at a recording proxy
     (with --intercept: with HTTPS_PROXY and a CA bundle instead).
 
+    Exit status: the agent's; 2 usage or input error; 4 the run file could
+    not be written in full (disk full, say: later requests were refused, not
+    forwarded, and what was saved before stays readable).
+
     \b
     Example:
       wiretape record -- python -m wiretape.examples.tool_agent "What is in notes.txt?"
@@ -176,6 +182,8 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
     )
     for line in render.record_summary(result):
         _say(line)
+    if result.write_error is not None:
+        sys.exit(result.write_error.exit_code)
     sys.exit(result.exit_status if result.exit_status is not None else 0)
 
 
@@ -219,16 +227,22 @@ def _mode(strict: bool, diagnostic: bool) -> Mode:
 @click.option("--intercept/--no-intercept", default=None,
               help="Answer as an HTTPS proxy with a CA made for this replay (default: as "
                    "the run was recorded).")
+@click.option("-y", "--yes", is_flag=True,
+              help="Run the recorded command without asking, also of a run recorded by "
+                   "another user or on another host.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tuple[str, ...],
            allow_substitutions: bool, ports: tuple[str, ...], as_json: bool, keep: bool,
            same_paths: bool | None, offline: bool, clock: str, state: str,
-           intercept: bool | None, command: tuple[str, ...]) -> None:
+           intercept: bool | None, yes: bool, command: tuple[str, ...]) -> None:
     """Replay RUN (a run id or file) against COMMAND with no provider.
 
     Without COMMAND the recorded command runs again in the recorded
-    directory. Exit status: 0 pass, 1 exchanges pass but the outcome
-    differs, 3 exchanges fail, 2 usage or input error.
+    directory. A run recorded by another user or on another host shows its
+    command and asks first (without a terminal to ask on: pass --yes, or
+    give the command after --). Exit status: 0 pass, 1 exchanges pass but
+    the outcome differs, 3 exchanges fail, 2 usage or input error, 4 the
+    replay could not be stored, 130/143 interrupted by SIGINT/SIGTERM.
 
     \b
     Example:
@@ -249,6 +263,8 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
                               clock_recorded=clock == "recorded", state=state,
                               intercept=intercept)
     path = resolve_run(run)
+    if not command and not yes:
+        _confirm_recorded_command(path)
     verdict = asyncio.run(do_replay(path, list(command) or None, settings))
     _say(render.verdict_line(verdict))
     for line in render.verdict_details(verdict):
@@ -259,6 +275,32 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
     if as_json:
         click.echo(render.verdict_json(verdict))
     sys.exit(verdict.exit_code)
+
+
+def _confirm_recorded_command(path: Path) -> None:
+    """A run recorded by someone else, or elsewhere: show its command and
+    ask before running it; with no terminal to ask on, refuse (UsageError)."""
+    from wiretape.launch.trust import recorded_elsewhere
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(path) as rf:
+        elsewhere = recorded_elsewhere(rf.info())
+    if elsewhere is None:
+        return
+    shown = render.command_line(elsewhere.argv)
+    where = render.printable(elsewhere.cwd)
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise UsageError(
+            f"run {elsewhere.run_id} was recorded {elsewhere.who()}, not here: its command "
+            f"({shown}, in {where}) is not run without asking; pass --yes to run it, or give "
+            "the command to run after --")
+    _say(f"wiretape: run {elsewhere.run_id} was recorded {elsewhere.who()}, not by you here.")
+    _say(f"wiretape: replaying it runs its recorded command in {where}, against files "
+         "restored from the run (they come from the run, not from you):")
+    _say(f"    {shown}")
+    if not click.confirm("Run this command?", default=False, err=True):
+        _say("wiretape: not replayed (give the command to run after --, or pass --yes)")
+        sys.exit(EXIT_USAGE)
 
 
 @cli.command()
@@ -344,7 +386,7 @@ def serve(
                                        on_environment=announce_proxy, until=stop, **extra))
         for line in render.record_summary(result):
             _say(line)
-        sys.exit(0)
+        sys.exit(result.write_error.exit_code if result.write_error is not None else 0)
     from wiretape.launch.replay import ReplaySettings
     from wiretape.launch.replay import replay as do_replay
     from wiretape.playback.pacing import Pace
@@ -426,7 +468,10 @@ def verdict(run: str, replay_id: str | None, as_json: bool) -> None:
 @cli.command(name="ls")
 @click.option("--json", "as_json", is_flag=True)
 def ls_runs(as_json: bool) -> None:
-    """List the runs under .wiretape/runs (id, when, command, exchanges, last verdict).
+    """List the runs under .wiretape/runs: id, when, command, exchanges, the
+    agent's exit status, and the latest replay's verdict with its exit code.
+    A run file that cannot be read is one line on stderr; the others are
+    still listed.
 
     \b
     Example:
@@ -441,21 +486,41 @@ def ls_runs(as_json: bool) -> None:
         try:
             with RunFile.open(path) as rf:
                 info, count, v = rf.info(), rf.exchange_count(), verdict_of(rf)
-        except WiretapeError as exc:
-            _say(f"wiretape: skipping {path}: {exc}")
+            argv = render.command_line(info.argv)
+            when = render.when(info.started_at_ns)
+        except Exception as exc:  # a damaged or hostile file: one line, and go on
+            reason = str(exc) if isinstance(exc, WiretapeError) else (
+                f"cannot read run file {path}: {type(exc).__name__}: {exc}; the file is damaged")
+            _say(f"wiretape: skipping {render.printable(str(path))}: {render.printable(reason)}")
             continue
-        last = "-" if v is None else ("pass" if v.passed else "fail")
-        rows.append([info.run_id, render.when(info.started_at_ns),
-                     " ".join(info.argv)[:40] or "(serve)", str(count), last])
+        latest = _verdict_word(v)
+        exit_status = "-" if info.exit_status is None else str(info.exit_status)
+        rows.append([info.run_id, when, argv[:40] or "(serve)", str(count), exit_status,
+                     latest if v is None else f"{latest} (exit {v.exit_code})"])
         data.append({"run_id": info.run_id, "path": str(path), "started_at_ns": info.started_at_ns,
-                     "argv": list(info.argv), "exchanges": count, "last_verdict": last})
+                     "argv": list(info.argv), "exchanges": count, "exit_status": info.exit_status,
+                     "last_verdict": latest,
+                     "last_verdict_exit_code": v.exit_code if v is not None else None})
     if as_json:
         click.echo(json.dumps(data, indent=2))
     elif not rows:
         click.echo(f"no runs under {runs_dir()}")
     else:
-        for line in render.table(rows, ["run", "when", "command", "exchanges", "last verdict"]):
+        for line in render.table(rows, ["run", "when", "command", "exchanges", "exit",
+                                        "last verdict"]):
             click.echo(line)
+
+
+def _verdict_word(v: Verdict | None) -> str:
+    """``-`` (no replay), ``pass``, ``fail``, ``interrupted`` or
+    ``unfinished`` (its process was killed)."""
+    if v is None:
+        return "-"
+    if v.passed:
+        return "pass"
+    if v.interrupted is not None:
+        return "interrupted"
+    return "fail" if v.complete else "unfinished"
 
 
 @cli.command()
@@ -508,11 +573,23 @@ inspect_cmds.register(cli)
 cli.add_command(check)
 
 
+def _printable_streams() -> None:
+    """Text that cannot be written in the terminal's encoding (a file name
+    or argument that was not UTF-8) is written as a backslash escape, never
+    a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
+
+
 def main() -> None:
+    _printable_streams()
     try:
         cli.main(standalone_mode=False, prog_name="wiretape")
-    except click.exceptions.Abort:
-        _say("wiretape: aborted")
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        _say("wiretape: interrupted")
         sys.exit(130)
     except click.exceptions.NoArgsIsHelpError as exc:  # `wiretape` alone: the help
         click.echo(exc.ctx.get_help() if exc.ctx else cli.get_help(click.Context(cli)))
@@ -524,7 +601,13 @@ def main() -> None:
         sys.exit(EXIT_USAGE)
     except WiretapeError as exc:
         _fail(exc)
-    except sqlite3.DatabaseError as exc:  # a damaged page met where no run file is named
+    except sqlite3.DatabaseError as exc:  # met where no run file is named
+        from wiretape.errors import write_failure_reason
+
+        reason = write_failure_reason(exc)
+        if reason != str(exc):  # disk full, read-only, I/O error: a write failed
+            _say(f"wiretape: error: cannot write a run file: {reason}")
+            sys.exit(EXIT_NOT_SAVED)
         _say(f"wiretape: error: a run file is damaged ({exc}): it cannot be read")
         sys.exit(EXIT_USAGE)
     except SystemExit:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -21,6 +23,26 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:
     from wiretape.inspect.diff import RunDiff
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print: a byte that was not UTF-8 in a file name or
+    argument (kept as a lone surrogate, PEP 383) is shown as ``\\xe9``."""
+    def escaped(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+    return _SURROGATE.sub(escaped, text)
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """A command as a person reads it: quoted where a shell would need it."""
+    import shlex
+
+    return printable(shlex.join(argv))
 
 
 def human_bytes(n: int) -> str:
@@ -69,7 +91,40 @@ def record_summary(result: RecordResult) -> list[str]:
         lines.append(f"wiretape: exchange {failure}")
     if result.connect is not None:
         lines.extend(text.connect_lines(result.connect.to_json()))
+    if result.error_statuses:
+        said = ", ".join(f"{n} x {status}" for status, n in result.error_statuses.items())
+        lines.append(f"wiretape: the provider answered with errors: {said} (recorded as they were)")
+    if result.interrupted is not None:
+        from wiretape.errors import signal_name
+
+        lines.append(f"wiretape: interrupted by {signal_name(result.interrupted)}: it was passed "
+                     "on to the agent")
+    if result.exit_status not in (None, 0):
+        lines.append(f"wiretape: the agent exited with status {result.exit_status}")
+    if result.write_error is not None:
+        lines.append(click.style(write_failure_line(result), fg="red", bold=True))
     return lines
+
+
+def write_failure_line(result: RecordResult) -> str:
+    """What a recording whose run file could not be written lost, in one line."""
+    assert result.write_error is not None
+    error = result.write_error
+    lost = [f"{result.not_saved} exchange{'s' if result.not_saved != 1 else ''} not saved"
+            ] if result.not_saved else []
+    if result.refused_unsaved:
+        lost.append(f"{result.refused_unsaved} later request"
+                    f"{'s' if result.refused_unsaved != 1 else ''} refused without forwarding")
+    if not result.end_saved:
+        lost.append("the run's end (exit status, output, changed files) not saved")
+    saved = result.exchanges
+    kept = (f"; the {saved} exchange{'s' if saved != 1 else ''} saved earlier "
+            f"{'stays' if saved == 1 else 'stay'} readable" if saved else "")
+    wal = Path(f"{error.path}-wal")
+    if saved and wal.exists():
+        kept += f" (partly in {wal.name} beside it: keep the two files together)"
+    return (f"wiretape: error: {error.reason} while writing {error.path}: {', '.join(lost)}"
+            f"{kept} (exit status {error.exit_code})")
 
 
 def verdict_line(v: Verdict) -> str:
@@ -103,9 +158,12 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
 
 
 def run_heading(info: RunInfo, path: str) -> list[str]:
-    argv = " ".join(info.argv) or "(serve)"
+    argv = command_line(info.argv) if info.argv else "(serve)"
     origins = ", ".join(f"{o.name}={o.upstream} (port {o.port})" for o in info.origins)
-    return [f"run {info.run_id}  {path}", f"  command: {argv}", f"  cwd: {info.cwd}",
+    user, host = info.extra.get("recorded_user"), info.extra.get("recorded_host")
+    by = [f"  recorded by: {printable(str(user))} on {printable(str(host))}"] if user else []
+    return [f"run {info.run_id}  {printable(path)}", f"  command: {argv}",
+            f"  cwd: {printable(info.cwd)}", *by,
             f"  started: {when(info.started_at_ns)}  exit status: {info.exit_status}",
             f"  origins: {origins}"]
 

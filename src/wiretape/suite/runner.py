@@ -25,6 +25,7 @@ from pathlib import Path
 
 from wiretape.errors import WiretapeError
 from wiretape.inspect.verdicts import verdict_of
+from wiretape.launch.trust import Elsewhere, recorded_elsewhere
 from wiretape.playback.verdict import Verdict
 from wiretape.store.runfile import RunFile
 from wiretape.suite import DEFAULT_TIMEOUT_S
@@ -63,21 +64,32 @@ class _Job:
     run_id: str
     origins: tuple[str, ...]
     ports: frozenset[int] = field(default_factory=frozenset)
+    #: who and where recorded it, when that is not this user here
+    elsewhere: Elsewhere | None = None
+
+
+def _unreadable(path: Path, exc: Exception) -> str:
+    """One line for a run file that cannot be read, whatever the reason."""
+    if isinstance(exc, WiretapeError):
+        return str(exc)
+    return f"cannot read run file {path}: {type(exc).__name__}: {exc}; the file is damaged"
 
 
 def _load(index: int, path: Path, free_ports: bool) -> _Job | CheckResult:
     try:
         with RunFile.open(path) as run:
             info = run.info()
-    except WiretapeError as exc:
-        return CheckResult(path, Status.ERROR, error=str(exc))
+            ports = frozenset() if free_ports else frozenset(o.port for o in info.origins)
+            origins = tuple(o.name for o in info.origins)
+            elsewhere = recorded_elsewhere(info)
+    except Exception as exc:  # a damaged or hostile file: its own error, the others go on
+        return CheckResult(path, Status.ERROR, error=_unreadable(path, exc))
     if not info.argv:
         return CheckResult(path, Status.SKIP, run_id=info.run_id,
                            error="recorded through a proxy only (serve, or the Python API's "
                                  "recording()), so it has no command to run: its own test "
                                  "replays it")
-    ports = frozenset() if free_ports else frozenset(o.port for o in info.origins)
-    return _Job(index, path, info.run_id, tuple(o.name for o in info.origins), ports)
+    return _Job(index, path, info.run_id, origins, ports, elsewhere)
 
 
 async def check_runs(
@@ -88,23 +100,42 @@ async def check_runs(
     diagnostic: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_result: Callable[[CheckResult], None] | None = None,
+    approve: Callable[[Sequence[Elsewhere]], bool] | None = None,
 ) -> list[CheckResult]:
     """Replay every run in ``paths`` (at most ``jobs`` at once) and return
     their results in the same order. ``free_ports``: every origin on a port
     of the system's choosing; else each on its recorded port when free, and
     runs sharing a recorded port one after another. ``diagnostic``: go on
     past mismatches, so every divergence is reported. ``on_result`` is
-    called as each run finishes."""
+    called as each run finishes.
+
+    Runs recorded by another user or on another host run their recorded
+    command only when ``approve`` (given them all at once) says yes; else
+    each is an error saying so. A run file that cannot be read is an error
+    of its own; the others are replayed."""
     results: list[CheckResult | None] = [None] * len(paths)
     waiting: list[_Job] = []
+
+    def finished(result: CheckResult, index: int) -> None:
+        results[index] = result
+        if on_result is not None:
+            on_result(result)
+
     for index, path in enumerate(paths):
         loaded = _load(index, path, free_ports)
         if isinstance(loaded, CheckResult):
-            results[index] = loaded
-            if on_result is not None:
-                on_result(loaded)
+            finished(loaded, index)
         else:
             waiting.append(loaded)
+    strangers = [job for job in waiting if job.elsewhere is not None]
+    if strangers and not (approve is not None and approve([j.elsewhere for j in strangers
+                                                           if j.elsewhere is not None])):
+        for job in strangers:
+            waiting.remove(job)
+            assert job.elsewhere is not None
+            finished(CheckResult(job.path, Status.ERROR, run_id=job.run_id,
+                                 error=f"recorded {job.elsewhere.who()}, not here: its "
+                                       "command is not run without --yes"), job.index)
     running: dict[asyncio.Task[CheckResult], _Job] = {}
     busy: set[int] = set()
     with tempfile.TemporaryDirectory(prefix="wiretape-check-") as scratch:
@@ -124,10 +155,7 @@ async def check_runs(
                 for task in done:
                     job = running.pop(task)
                     busy -= job.ports
-                    result = task.result()
-                    results[job.index] = result
-                    if on_result is not None:
-                        on_result(result)
+                    finished(task.result(), job.index)
         finally:
             for task in running:
                 task.cancel()
@@ -139,8 +167,8 @@ async def check_runs(
 def replay_command(run: Path, origins: Sequence[str], *, free_ports: bool,
                    diagnostic: bool) -> list[str]:
     """The ``wiretape replay`` command line for one run (its recorded command
-    in its recorded directory)."""
-    argv = [sys.executable, "-m", "wiretape", "replay", str(run)]
+    in its recorded directory; ``check`` has already decided to run it)."""
+    argv = [sys.executable, "-m", "wiretape", "replay", "--yes", str(run)]
     if diagnostic:
         argv.append("--diagnostic")
     if free_ports:
@@ -152,6 +180,16 @@ def replay_command(run: Path, origins: Sequence[str], *, free_ports: bool,
 async def _replay_one(job: _Job, scratch: Path, free_ports: bool, diagnostic: bool,
                       timeout_s: float) -> CheckResult:
     t0 = time.monotonic()
+    try:
+        return await _replay_copy(job, scratch, free_ports, diagnostic, timeout_s, t0)
+    except OSError as exc:  # the copy or the process could not be made
+        return CheckResult(job.path, Status.ERROR, error=f"cannot replay {job.path}: "
+                           f"{exc.strerror or exc}", duration_s=time.monotonic() - t0,
+                           run_id=job.run_id)
+
+
+async def _replay_copy(job: _Job, scratch: Path, free_ports: bool, diagnostic: bool,
+                       timeout_s: float, t0: float) -> CheckResult:
     folder = scratch / f"{job.index:05d}"
     folder.mkdir()
     copy = folder / job.path.name
@@ -177,10 +215,11 @@ async def _replay_one(job: _Job, scratch: Path, free_ports: bool, diagnostic: bo
         reading.cancel()
         raise
     duration = time.monotonic() - t0
-    verdict = _verdict(copy)
+    verdict, unreadable = _verdict(copy)
     note = f"stopped after the {timeout_s:g} s timeout" if timed_out else None
     if verdict is None:
-        return CheckResult(job.path, Status.ERROR, error=note or _error_line(bytes(stderr)),
+        return CheckResult(job.path, Status.ERROR,
+                           error=note or unreadable or _error_line(bytes(stderr)),
                            duration_s=duration, run_id=job.run_id)
     status = Status.PASS if verdict.passed and not timed_out else Status.FAIL
     return CheckResult(job.path, status, verdict, note, duration, job.run_id)
@@ -205,12 +244,14 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
-def _verdict(copy: Path) -> Verdict | None:
+def _verdict(copy: Path) -> tuple[Verdict | None, str | None]:
+    """The latest verdict in the replayed copy, or None and, when the copy
+    cannot be read, why."""
     try:
         with RunFile.open(copy) as run:
-            return verdict_of(run)
-    except WiretapeError:
-        return None
+            return verdict_of(run), None
+    except Exception as exc:  # a damaged or hostile file: its own error
+        return None, _unreadable(copy, exc)
 
 
 def _error_line(stderr: bytes) -> str:

@@ -1,0 +1,48 @@
+"""Files the command line writes for a person (HAR, HTML report, JUnit XML):
+each written whole or not at all, so an interrupted or failed write never
+leaves half a file where a finished one is expected."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from wiretape.errors import UsageError
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``: first to a temporary file beside it, then
+    renamed over it, so ``path`` holds either its old content or all of the
+    new. Raises UsageError (one line) when it cannot be written."""
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=folder)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        # mkstemp makes the file 0600; a finished file gets the usual mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise
+
+
+def text_bytes(text: str) -> bytes:
+    """``text`` as UTF-8, with a character UTF-8 cannot hold (a file name or
+    argument that was not UTF-8, kept as a lone surrogate) written as a
+    backslash escape: in JSON and in JavaScript that is the escape of the
+    same character, so nothing is lost and nothing fails."""
+    return text.encode("utf-8", "backslashreplace")
