@@ -186,7 +186,10 @@ def test_a_replay_whose_agent_cannot_be_started_still_ends_and_cleans_up(
     # Mapped paths run the agent without a wrapper, so starting it is what fails.
     done = wiretape_cli("replay", str(run), "--no-same-paths", "--", "./notexec", cwd=project,
                         tmpdir=tmpdir)
-    assert done.returncode != 0
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [  # one line, no traceback
+        "wiretape: error: cannot run command './notexec': Exec format error: the system cannot "
+        "start it (a script needs a first line such as #!/bin/sh naming its interpreter)"]
     assert left_in(tmpdir) == []
     assert stands_alone(run)
     [(_, ended)] = replay_rows(run)
@@ -256,7 +259,7 @@ def test_a_recording_whose_agent_cannot_be_started_keeps_its_end(
         recorded: tuple[Path, Path], private_tmp: Path, intercept: bool) -> None:
     project, _ = recorded
     run, port = private_tmp.parent / "new.wtape", free_port()
-    with pytest.raises(OSError) as caught:
+    with pytest.raises(wiretape.CommandNotFound, match=r"Exec format error.*#!") as caught:
         wiretape.record(["./notexec"], cwd=project, out=run, port=port, snapshots=[],
                         intercept=intercept)
     assert left_in(private_tmp) == []  # the interception CA is gone
