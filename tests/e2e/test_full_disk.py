@@ -193,3 +193,43 @@ cat "$DISK/run.har"
     assert "Traceback" not in done.stderr
     assert done.stderr.splitlines()[-1] == (
         f"wiretape: error: cannot write {disk / 'run.har'}: No space left on device"), done.stderr
+
+
+def test_from_python_a_disk_that_fills_up_raises_once_the_agent_ended(tmp_path: Path) -> None:
+    why = _mount_namespaces()
+    if why is not None:
+        pytest.skip(why)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env.update(OPENAI_API_KEY="sk-full-disk-test", PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1")
+    code = f"""
+import sys, wiretape
+try:
+    run = wiretape.record([sys.executable, {PROBE!r}, "q", "--count", "{QUESTIONS}", "--raw"],
+                          out={str(disk / "run.wtape")!r}, upstreams={{"openai": sys.argv[1]}},
+                          snapshots=[])
+except wiretape.RunFileWriteError as exc:
+    print("RAISED", exc.exit_code, exc)
+else:
+    print("RETURNED", run)
+"""
+    script = f"""
+mount -t tmpfs -o size={DISK} tmpfs "$DISK" || exit 97
+"$@"
+"""
+    with FakeProvider(_answers()) as fp:
+        done = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+             sys.executable, "-c", code, f"{fp.url}/v1"],
+            env={**env, "DISK": str(disk)}, capture_output=True, text=True, timeout=120,
+            check=False)
+        forwarded = len(fp.requests)
+    assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr, done.stderr
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith(("RAISED", "RETURNED"))]
+    assert re.fullmatch(
+        rf"RAISED 4 cannot write run file {re.escape(str(disk / 'run.wtape'))}: disk full: "
+        r"\d+ exchange\(s\) not saved, 1 later request\(s\) refused without forwarding"
+        r"(, the run's end not saved)?; the \d+ exchange\(s\) saved before stay readable",
+        line), line
+    assert forwarded < QUESTIONS
