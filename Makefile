@@ -48,7 +48,7 @@ demo: $(BASE)
 lint: $(TOOLS)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	PYTHONPATH=src $(BIN)/lint-imports --no-cache
 
 test: lint
 	$(BIN)/python -m pytest -n 4 -q
