@@ -71,7 +71,7 @@ class Recorder:
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:
             outgoing = upstream.build_request(root, host, request, self._options.resolve)
-            origin_resp = await self._client.send(outgoing, stream=True)
+            origin_resp = await self._client.send(outgoing)
         except (httpx.TimeoutException, httpx.TransportError, httpx.InvalidURL) as exc:
             ending = (
                 Ending.TIMEOUT
