@@ -64,10 +64,14 @@ class LoopGuard:
     A report that concerns the proxy (raised in wiretape's code, from a task
     named ``wiretape-...``, or about one of ``owns``' sockets and
     transports) becomes one logged line; out-of-descriptor accept failures
-    (EMFILE, ENFILE) are said once per burst: again only after a connection
-    was accepted since. Any other report goes to the handler that was there
-    before (the caller's loop may be shared, see ``wiretape.attach``).
+    (EMFILE, ENFILE), which asyncio retries every second, are said once per
+    burst: again only after ``burst_gap`` seconds without one. Any other
+    report goes to the handler that was there before (the caller's loop may
+    be shared, see ``wiretape.attach``).
     """
+
+    #: seconds without a failed accept that end a burst of them
+    burst_gap = 10.0
 
     def __init__(self, faults: Faults, owns: Callable[[object], bool]) -> None:
         self._faults = faults
@@ -75,7 +79,7 @@ class LoopGuard:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._previous: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None = None
         self._active = False
-        self._starved = False
+        self._last_starved: float | None = None
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._active:
@@ -91,10 +95,6 @@ class LoopGuard:
         self._active = False
         if self._loop.get_exception_handler() == self._handle:
             self._loop.set_exception_handler(self._previous)
-
-    def accepted(self) -> None:
-        """A connection was accepted: a later accept failure is news again."""
-        self._starved = False
 
     def _concerns_us(self, context: dict[str, Any]) -> bool:
         if _raised_in_wiretape(context.get("exception")):
@@ -123,11 +123,12 @@ class LoopGuard:
         exc = context.get("exception")
         if isinstance(exc, OSError) and exc.errno in _OUT_OF_RESOURCES:
             self._faults.note("accept_out_of_resources")
-            if not self._starved:
-                self._starved = True
+            now = asyncio.get_running_loop().time()
+            last, self._last_starved = self._last_starved, now
+            if last is None or now - last > self.burst_gap:
                 log.error("wiretape: cannot accept connections: %s; new connections wait "
-                          "until others close (said once until one is accepted again; "
-                          "raise the limit with `ulimit -n`)", one_line(exc))
+                          "until others close (raise the limit with `ulimit -n`)",
+                          one_line(exc))
             return
         self._faults.note("internal_error")
         where = str(context.get("message") or "the event loop")

@@ -66,7 +66,6 @@ class Listeners:
         """
 
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self._guard.accepted()
             conn_id = self.next_connection_id()
             conn = ClientConnection(reader, writer, max_body=self.max_body, error_body=error_body,
                                     on_refused=self.note_refused,
