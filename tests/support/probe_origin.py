@@ -71,10 +71,12 @@ async def _origin(probe: Probe, reader: asyncio.StreamReader,
                 probe.seen.append(Seen(bytes(request.method), bytes(request.target),
                                        tuple(request.headers.raw_items()), bytes(body)))
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-                             b"Content-Length: 2\r\n\r\nok")
+                             b"Content-Length: 2\r\n\r\n"
+                             + (b"" if request.method == b"HEAD" else b"ok"))
                 await writer.drain()
                 conn.send(h11.Response(status_code=200, headers=[("Content-Length", "2")]))
-                conn.send(h11.Data(data=b"ok"))
+                if request.method != b"HEAD":
+                    conn.send(h11.Data(data=b"ok"))
                 conn.send(h11.EndOfMessage())
                 conn.start_next_cycle()
             else:
