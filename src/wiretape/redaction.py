@@ -265,7 +265,7 @@ def _redact_headers(headers: Headers, location: str, facts: Facts,
                     rules: Rules = STANDARD) -> Headers:
     out = []
     for name, value in headers:
-        if name.lower() in SECRET_HEADERS and value != REDACTED:
+        if name.lower() in SECRET_HEADERS and value.rsplit(b" ", 1)[-1] != REDACTED:
             secret = value.split(b" ", 1)[1] if value.lower().startswith(b"bearer ") else value
             facts.add(location, name.decode("latin-1"), secret)
             scheme = value.split(b" ", 1)[0] + b" " if b" " in value.strip() else b""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from wiretape import __version__
-from wiretape.cli import inspect_cmds, render
+from wiretape.cli import inspect_cmds, render, secrets_cmds
 from wiretape.cli.check_cmd import check
 from wiretape.errors import UsageError, WiretapeError
 from wiretape.model import DEFAULT_MAX_BODY
@@ -526,6 +526,9 @@ inspect_cmds.register(cli)
 
 # Replaying a suite of runs for CI: check.
 cli.add_command(check)
+
+# Secrets left in runs: scrub, scan.
+secrets_cmds.register(cli)
 
 
 def main() -> None:
