@@ -273,6 +273,8 @@ def summary(left_out: Sequence[LeftOut], names: int = 4) -> str:
     counts: dict[str, int] = {}
     for item in left_out:
         counts[item.reason] = counts.get(item.reason, 0) + 1
+    if len(left_out) == names + 1:
+        names += 1  # a name is as short as "and 1 more"
     shown = ", ".join(item.path for item in left_out[:names])
     more = f", and {len(left_out) - names} more" if len(left_out) > names else ""
     by_reason = ", ".join(f"{n} {reason}" for reason, n in counts.items())
