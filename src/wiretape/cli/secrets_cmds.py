@@ -22,6 +22,27 @@ def _counts(report: ScrubReport) -> str:
     return ", ".join(f"{place} {n}" for place, n in sorted(report.counts.items()))
 
 
+def _where(location: str) -> str:
+    """A fact's place for people: ``stdout``, ``snapshot files (notes.txt)``."""
+    from wiretape.scrub.runs import place_of
+
+    _, _, detail = location.partition(":")
+    return place_of(location) + (f" ({detail})" if detail else "")
+
+
+def _runs(refs: tuple[str, ...]) -> list[str]:
+    """Run ids and files as given; a folder: every run file under it."""
+    out = []
+    for ref in refs:
+        folder = Path(ref)
+        if folder.is_dir():
+            found = sorted(str(p) for p in folder.rglob("*.wtape") if p.is_file())
+            out.extend(found or [ref])
+        else:
+            out.append(ref)
+    return out
+
+
 def _few(items: list[str], n: int = 4) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
@@ -91,7 +112,7 @@ def scrub(run: str, matches: tuple[str, ...], rules_file: Path | None, include: 
 
 
 @click.command()
-@click.argument("runs", nargs=-1, required=True)
+@click.argument("runs", nargs=-1, required=True, metavar="RUN|FOLDER...")
 @click.option("--match", "matches", multiple=True, metavar="TEXT",
               help="Look for TEXT (literal) too. Repeatable.")
 @click.option("--rules", "rules_file", type=click.Path(dir_okay=False, path_type=Path),
@@ -99,8 +120,9 @@ def scrub(run: str, matches: tuple[str, ...], rules_file: Path | None, include: 
 @click.option("--json", "as_json", is_flag=True, help="The findings as JSON on stdout.")
 def scan(runs: tuple[str, ...], matches: tuple[str, ...], rules_file: Path | None,
          as_json: bool) -> None:
-    """Look for secrets left in RUNS: the known key shapes (and --match,
-    --rules) everywhere a run keeps text, snapshot entries a recording
+    """Look for secrets left in runs (run ids, files, or folders searched
+    for *.wtape): the known key shapes (and --match, --rules) everywhere a
+    run keeps text, also in binary files, snapshot entries a recording
     leaves out today (.env, .git, keys), and the file's bytes outside any
     record. Prints where, by which rule, and a fingerprint, never the
     secret. Exit status 1 when anything is found (for CI), 2 when a run
@@ -108,15 +130,15 @@ def scan(runs: tuple[str, ...], matches: tuple[str, ...], rules_file: Path | Non
 
     \b
     Example:
-      wiretape scan tests/runs/*/*.wtape
-      wiretape scrub RUN     # then: replace what scan found
+      wiretape scan tests/runs
+      wiretape scan run_0123456789ab --match 'acme-internal'
     """
-    from wiretape.scrub.runs import place_of, rules_for, scan_run
+    from wiretape.scrub.runs import rules_for, scan_run
     from wiretape.store.locate import resolve_run
 
     rules, _ = rules_for(matches, rules_file)
     reports, failed = [], False
-    for ref in runs:
+    for ref in _runs(runs):
         try:
             report = scan_run(resolve_run(ref), rules)
         except WiretapeError as exc:
@@ -129,14 +151,13 @@ def scan(runs: tuple[str, ...], matches: tuple[str, ...], rules_file: Path | Non
         if not report.found:
             click.echo(f"{report.path}: clean")
         for fact in report.facts:
-            click.echo(f"{report.path}: {place_of(fact.location)} ({fact.location}): "
-                       f"{fact.name} {fact.fingerprint}")
+            click.echo(f"{report.path}: {_where(fact.location)}: {fact.name} {fact.fingerprint}")
         for path, reason in report.dropped.items():
             click.echo(f"{report.path}: snapshot holds {path} ({reason}; a recording leaves it "
                        "out now)")
         for fact in report.in_binary:
-            click.echo(f"{report.path}: {place_of(fact.location)} ({fact.location}, binary): "
-                       f"{fact.name} {fact.fingerprint}")
+            click.echo(f"{report.path}: {_where(fact.location)} (binary, cannot be rewritten: "
+                       f"scrub --drop it): {fact.name} {fact.fingerprint}")
         for fact in report.loose:
             click.echo(f"{report.path}: file bytes outside any record: {fact.name} "
                        f"{fact.fingerprint}")
