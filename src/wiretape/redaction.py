@@ -207,8 +207,6 @@ class Facts:
         self.items.append(Redaction(location, name, fingerprint(secret)))
 
 
-_Facts = Facts  # the name the recorder's callers used
-
 
 def redact_text(data: bytes, location: str, rules: Rules = STANDARD,
                 facts: Facts | None = None) -> tuple[bytes, list[Redaction]]:

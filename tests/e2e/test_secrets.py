@@ -77,7 +77,7 @@ def test_no_secret_reaches_the_run_file(recorded: tuple[Path, Path, str]) -> Non
     assert_nowhere(run, SECRETS)
     db = sqlite3.connect(f"file:{run}?mode=ro", uri=True)
     entries = {path for (path,) in db.execute("SELECT path FROM snapshot_entries")}
-    assert entries == {"config.json", "notes.md"}
+    assert entries == {".git", "config.json", "notes.md"}  # .git kept empty
     assert ("left out 5 path(s) (1 repository, 2 secrets, 1 private key, 1 binary)"
             in stderr), stderr
     for name in (".git/", ".env", ".npmrc", "id_ed25519", "logo.png"):

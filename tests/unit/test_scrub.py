@@ -114,11 +114,12 @@ def test_scrub_rewrites_every_place_and_leaves_a_whole_run(tmp_path: Path) -> No
         assert [len(f.data) for f in second.response.frames] == [16, 13]  # lengths kept
         assert second.ending is Ending.ORIGIN_RESET and NAME.decode() not in (second.error or "")
         (_, root, entries), = rf.snapshots()
-        assert root == "/tmp/project" and [e.path for e in entries] == ["logo.bin", "notes.txt"]
+        paths = [e.path for e in entries]
+        assert root == "/tmp/project" and paths == [".git", "logo.bin", "notes.txt"]  # emptied
         (change,), = rf.outcome_changes().values()
         content = rf.content(change["after_hash"])
         assert content is not None and NAME not in content and KEY not in content
-        assert change["before_hash"] == entries[1].digest
+        assert change["before_hash"] == entries[2].digest
         assert rf.snapshot_policy()[0] == {"include": [], "binary": True, "guarded": True}
         facts = rf.redactions()
     db = sqlite3.connect(run)

@@ -170,7 +170,9 @@ def test_the_default_snapshot_leaves_out_secrets_git_run_files_and_binaries(
     left: list[LeftOut] = []
     found = {e.path: e for e in walk(tmp_path, policy=DEFAULT_POLICY, left_out=left)}
     kept = sorted(p for p, e in found.items() if not e.left_out)
-    assert kept == [".docker", "README.md", "main.py", "sub"]
+    # Folders left out keep their place, empty.
+    assert kept == [".docker", ".git", "README.md", "main.py", "sub", "sub/.ssh"]
+    assert found[".git"].kind == found["sub/.ssh"].kind == "dir"
     reasons = {item.path: item.reason for item in left}
     assert reasons == {
         ".git/": "repository", ".env": "secrets", ".env.local": "secrets",

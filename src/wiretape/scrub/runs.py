@@ -116,7 +116,10 @@ class _Scrubber:
     def json(self, value: object, place: str) -> object:
         return redact_json(value, place, self.rules, self.facts)
 
-    def keep(self, path: str) -> bool:
+    def keep(self, path: str, empty: bool) -> bool:
+        """Not when a snapshot leaves it out today: a file, or anything in
+        a folder, left out; a folder left out stays, empty (as a recording
+        now keeps it)."""
         parts = path.split("/")
         for i, name in enumerate(parts):
             rel = "/".join(parts[:i + 1])
@@ -124,7 +127,7 @@ class _Scrubber:
             if reason is None and any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(rel, p)
                                       for p in self.drop):
                 reason = "--drop"
-            if reason is not None:
+            if reason is not None and not (empty and i == len(parts) - 1 and reason != "--drop"):
                 self.dropped.setdefault(rel, reason)
                 return False
         return True

@@ -183,8 +183,9 @@ def walk(
     left_out: list[LeftOut] | None = None,
 ) -> Iterator[Entry]:
     """Every entry under ``root`` in a stable order, as ``policy`` takes
-    them: what it leaves out by name is not yielded, a binary file it leaves
-    out is yielded with ``left_out`` set and no data; both are added to
+    them: a file it leaves out by name is not yielded, a folder it leaves
+    out is yielded empty (its contents are not), a binary file it leaves
+    out is yielded with ``left_out`` set and no data; each is added to
     ``left_out`` when given. Raises UsageError when the files taken together
     exceed ``max_bytes``."""
     total = 0
@@ -197,7 +198,8 @@ def walk(
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         base = Path(dirpath)
         rel_dir = base.relative_to(root)
-        keep = []
+        keep: list[str] = []
+        emptied: list[Entry] = []
         for name in sorted(dirnames):
             full = base / name
             if name in skip_names or full.resolve() in excluded:
@@ -208,10 +210,14 @@ def walk(
             rel = (rel_dir / name).as_posix()
             reason = policy.reason(rel, name)
             if reason is not None:
+                # The folder keeps its place, empty: an agent that looks
+                # for it (a .git) finds it in the sandbox as it did here.
                 leave(rel + "/", reason)
+                emptied.append(Entry(rel, "dir", stat.S_IMODE(full.lstat().st_mode)))
                 continue
             keep.append(name)
         dirnames[:] = keep
+        yield from emptied
         if rel_dir != Path("."):
             yield Entry(rel_dir.as_posix(), "dir", stat.S_IMODE(base.lstat().st_mode))
         for name in sorted(filenames):

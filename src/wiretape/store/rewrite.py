@@ -55,8 +55,9 @@ class Rewriter(Protocol):
         """A stored JSON value (every string in it)."""
         ...
 
-    def keep(self, path: str) -> bool:
-        """Whether a snapshot's entry at ``path`` (relative) is kept."""
+    def keep(self, path: str, empty: bool) -> bool:
+        """Whether a snapshot's entry at ``path`` (relative) is kept;
+        ``empty``: it holds no bytes (a folder; an outcome row of no size)."""
         ...
 
     def binary(self, data: bytes, place: str) -> None:
@@ -147,7 +148,7 @@ def _copy_snapshots(src: sqlite3.Connection, dst: sqlite3.Connection, rw: Rewrit
         for path, kind, mode, blob, link in _rows(
                 src, "SELECT path, kind, mode, blob, link FROM snapshot_entries "
                      "WHERE snapshot_id = ? ORDER BY path", sid):
-            if not rw.keep(str(path)):
+            if not rw.keep(str(path), kind == "dir"):
                 continue
             digest = None
             if blob is not None:
@@ -171,11 +172,11 @@ def _copy_outcome(src: sqlite3.Connection, dst: sqlite3.Connection, rw: Rewriter
                   digests: Mapping[tuple[int, str], str]) -> None:
     for sid, path, change, detail in _rows(
             src, "SELECT snapshot_id, path, change, detail FROM outcome_changes ORDER BY rowid"):
-        if not rw.keep(str(path)):
-            continue
         row = json.loads(str(detail))
         if not isinstance(row, dict):
             raise ValueError("an outcome change is not an object")
+        if not rw.keep(str(path), not row.get("before_size") and not row.get("after_size")):
+            continue
         place = f"outcome:{path}"
         if isinstance(row.get("diff"), str):
             row["diff"] = rw.text(row["diff"].encode("utf-8", "surrogateescape"),
