@@ -1,6 +1,7 @@
-"""scrub and scan on a run written without redaction (as older versions,
-or an import, could leave one): every place is found and rewritten, the
-rewritten run is whole and consistent, and the swap is atomic."""
+"""The places besides exchanges; scrub and scan on a run written without
+redaction (as older versions, or an import, could leave one): every place is
+found and rewritten, the rewritten run is whole and consistent, and the swap
+is atomic."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from support.secrets import assert_nowhere, places_holding
 from wiretape.cli.main import cli
 from wiretape.errors import UsageError
 from wiretape.model import Ending, Exchange, Frame, Request, Response, RunInfo
-from wiretape.redaction import STANDARD, fingerprint
+from wiretape.redaction import STANDARD, Facts, fingerprint
+from wiretape.scrub.places import redact_entry, redact_info, rules_redactor, secrets_file_values
 from wiretape.scrub.runs import rules_for, scan_run, scrub_run
-from wiretape.snapshot.tree import Change, Entry
+from wiretape.snapshot.tree import Change, Entry, LeftOut
 from wiretape.store.runfile import RunFile
 
 KEY = b"sk-proj-" + b"K3yK3yK3y" * 5
@@ -179,3 +181,27 @@ def test_scan_exits_1_on_findings_and_0_when_clean(tmp_path: Path) -> None:
     clean = runner.invoke(cli, ["scan", str(tmp_path), "--json"])  # a folder: its runs
     assert clean.exit_code == 0, clean.output
     assert json.loads(clean.stdout)[0]["found"] == []
+
+
+def test_places_besides_exchanges_use_the_rules(tmp_path: Path) -> None:
+    rules = STANDARD.with_literals([("env:MY_TOKEN", b"tok-12345678")])
+    facts = Facts()
+    redact = rules_redactor(rules, facts)
+    info = RunInfo(run_id="run_0123456789ab", wiretape_version="x",
+                   argv=("agent", f"--key={KEY.decode()}", "tok-12345678"), cwd="/w",
+                   env_names=("OPENAI_BASE_URL",), origins=(), started_at_ns=1)
+    redacted = redact_info(info, rules, facts)
+    assert redacted.argv == ("agent", "--key=<redacted" + "*" * (len(KEY) - 10) + ">",
+                             "<redacted**>")
+    text = Entry("a.txt", "file", 0o644, b"x tok-12345678 y")
+    binary = Entry("b.bin", "file", 0o644, b"\x00tok-12345678")
+    assert redact_entry(text, redact).data == b"x <redacted**> y"
+    assert redact_entry(binary, redact) is binary  # never read as text
+    assert {(f.location, f.name) for f in facts.items} == {
+        ("argv", "openai-key"), ("argv", "env:MY_TOKEN"), ("snapshot:a.txt", "env:MY_TOKEN")}
+    (tmp_path / ".env").write_text("A_SECRET=abc123def456\nPLAIN=1\n")
+    (tmp_path / ".npmrc").write_text("//r/:_authToken=npm_1234abcd5678\n")
+    found = secrets_file_values(tmp_path, [LeftOut(".env", "secrets"), LeftOut(".npmrc", "secrets"),
+                                           LeftOut(".git/", "repository")])
+    assert found == [(".env:A_SECRET", b"abc123def456"), (".npmrc://r/:_authToken",
+                                                          b"npm_1234abcd5678")]
