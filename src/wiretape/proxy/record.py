@@ -27,7 +27,7 @@ from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import upstream
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response, unreachable_response
-from wiretape.redaction import redact_request, redact_response
+from wiretape.redaction import STANDARD, Rules, redact_exchange
 from wiretape.store.runfile import RunFile
 
 
@@ -46,8 +46,9 @@ class Recorder:
     """Records exchanges for a set of origins into one run file."""
 
     def __init__(self, run: RunFile, *, on_exchange: Callable[[Exchange], None] | None = None,
-                 options: UpstreamOptions | None = None) -> None:
+                 options: UpstreamOptions | None = None, rules: Rules = STANDARD) -> None:
         self._run = run
+        self._rules = rules
         self._seq = itertools.count(0)
         self._options = options or UpstreamOptions()
         self._client = upstream.new_client(self._options)
@@ -65,10 +66,11 @@ class Recorder:
         await self._client.aclose()
 
     def handler(self, origin: str, upstream_url: str, connection_id: int) -> Handler:
-        root, host, _ = parse_upstream(upstream_url)
+        root, host, base = parse_upstream(upstream_url)
+        shown = root + base  # named in error answers: without any userinfo
 
         async def handle(conn: ClientConnection, request: Request) -> None:
-            await self._forward(conn, request, origin, upstream_url, root, host, connection_id)
+            await self._forward(conn, request, origin, shown, root, host, connection_id)
 
         return handle
 
@@ -86,7 +88,7 @@ class Recorder:
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:
             outgoing = upstream.build_request(root, host, request, self._options.resolve)
-            origin_resp = await self._client.send(outgoing, stream=True)
+            origin_resp = await self._client.send(outgoing)
         except (httpx.TimeoutException, httpx.TransportError, httpx.InvalidURL) as exc:
             ending = (
                 Ending.TIMEOUT
@@ -94,7 +96,12 @@ class Recorder:
                 else Ending.ORIGIN_UNREACHABLE
             )
             error = f"{type(exc).__name__}: {exc}"
-            status, reason, headers, body = unreachable_response(request.path, upstream_url, error)
+            status, reason, headers, body = unreachable_response(
+                request.path, upstream_url, error, timeout=ending is Ending.TIMEOUT)
+            # Stored as the response the agent got, so a replay serves these
+            # very bytes (the origin sent none: no time to first byte).
+            response = Response(status, reason, headers,
+                                (Frame(time.monotonic_ns() - t0, body),))
             try:
                 await conn.send_head(status, reason, headers)
                 await conn.send_data(body)
@@ -168,30 +175,30 @@ class Recorder:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
+    def _redact_and_write(self, exchange: Exchange) -> Exchange:
+        """Redact (CPU work: a coded body is undone and done again) and
+        commit, on a worker thread: never on the event loop."""
+        stored, facts = redact_exchange(exchange, self._rules)
+        self._run.write_exchange(stored, facts)
+        return stored
+
     async def _store(self, exchange: Exchange) -> None:
-        request, facts = redact_request(exchange.request)
-        response = exchange.response
-        if response is not None:
-            response, more = redact_response(response)
-            facts = facts + more
-        stored = Exchange(exchange.seq, exchange.connection_id, exchange.origin,
-                          exchange.started_at_ns, request, response, exchange.ending,
-                          exchange.ttfb_ns, exchange.duration_ns, exchange.error)
         async with self._write_lock:
             if self.write_failure is not None:
                 self.stats.not_saved += 1
                 return
             try:
-                await asyncio.to_thread(self._run.write_exchange, stored, facts)
+                stored = await asyncio.to_thread(self._redact_and_write, exchange)
             except Exception as exc:  # whatever it was, the exchange is not on disk
                 self.write_failure = RunFileWriteError(self._run.path, write_failure_reason(exc))
                 self.stats.not_saved += 1
                 return
+        request, response = stored.request, stored.response
         self.stats.exchanges += 1
         self.stats.body_bytes += len(request.body) + (len(response.body) if response else 0)
         if exchange.ending is not Ending.COMPLETE:
             self.stats.failures.append(
-                f"#{exchange.seq} {exchange.ending.value}: {exchange.error or ''}"
+                f"#{exchange.seq} {exchange.ending.value}: {stored.error or ''}"
             )
         if self._on_exchange is not None:
             self._on_exchange(stored)

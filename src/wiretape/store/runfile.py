@@ -42,6 +42,8 @@ from wiretape.model import (
     Response,
     RunInfo,
     RunMeta,
+    ScrubJSON,
+    SnapshotPolicyJSON,
 )
 from wiretape.snapshot.tree import Change, ChangeJSON, Entry
 from wiretape.store import blobs, schema
@@ -414,6 +416,40 @@ class RunFile:
                 )
             ]
 
+    def add_redactions(self, redactions: Sequence[Redaction], seq: int | None = None) -> None:
+        """Store facts of redactions outside an exchange (``seq`` None): the
+        command line, output, snapshot files."""
+        with self._lock, self._db:
+            self._db.executemany(
+                "INSERT INTO redactions (seq, location, name, fingerprint) VALUES (?,?,?,?)",
+                [(seq, r.location, r.name, r.fingerprint) for r in redactions])
+
+    def set_snapshot_policy(self, policy: SnapshotPolicyJSON,
+                            left_out: Mapping[int, Sequence[tuple[str, str]]]) -> None:
+        """What the snapshots took, and per snapshot id what they left out."""
+        self._set_meta({"snapshot_policy": policy,
+                        "left_out": {str(k): [list(p) for p in v] for k, v in left_out.items()}})
+
+    @_damage_is_an_input_error
+    def snapshot_policy(self) -> tuple[SnapshotPolicyJSON | None, dict[str, list[list[str]]]]:
+        """The stored policy (None: recorded before policies) and the paths
+        left out per snapshot id (as text)."""
+        with self._lock:
+            rows = dict(self._db.execute(
+                "SELECT key, value FROM meta WHERE key IN ('snapshot_policy', 'left_out')"))
+        policy: SnapshotPolicyJSON | None = (json.loads(rows["snapshot_policy"])
+                                             if "snapshot_policy" in rows else None)
+        left_out: dict[str, list[list[str]]] = (json.loads(rows["left_out"])
+                                                if "left_out" in rows else {})
+        return policy, left_out
+
+    def add_scrub(self, scrub: ScrubJSON) -> None:
+        """Note one ``wiretape scrub`` of this run."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'scrubbed'").fetchone()
+        done: list[ScrubJSON] = json.loads(row[0]) if row else []
+        self._set_meta({"scrubbed": [*done, scrub]})
+
     @_damage_is_an_input_error
     def stored_bytes(self) -> int:
         """Bytes of bodies as stored (compressed), for summaries."""
@@ -438,10 +474,13 @@ class RunFile:
         with self._lock, self._db:
             cur = self._db.execute(
                 "INSERT INTO snapshots (root, taken_at_ns, files, bytes) VALUES (?, ?, ?, ?)",
-                (_path_to_sql(root), time.time_ns(), sum(1 for e in entries if e.kind == "file"),
+                (_path_to_sql(root), time.time_ns(),
+                 sum(1 for e in entries if e.kind == "file" and not e.left_out),
                  sum(len(e.data) for e in entries)))
             snapshot_id = int(cur.lastrowid or 0)
             for e in entries:
+                if e.left_out:  # its bytes were never read into the snapshot
+                    continue
                 digest = blobs.put(self._db, e.data) if e.kind == "file" else None
                 self._db.execute(
                     "INSERT INTO snapshot_entries (snapshot_id, path, kind, mode, blob, link)"
