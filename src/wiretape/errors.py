@@ -52,12 +52,12 @@ class RunNotFound(WiretapeError):
 
 class RunFileError(WiretapeError):
     """The run file at ``path`` is unreadable or not a wiretape run (or,
-    with ``action="write"``, cannot be made where it was asked for)."""
+    with ``verb="write"``, cannot be written)."""
 
-    def __init__(self, path: Path, reason: str, *, action: str = "read") -> None:
+    def __init__(self, path: Path, reason: str, *, verb: str = "read") -> None:
         self.path = path
         self.reason = reason
-        super().__init__(f"cannot {action} run file {path}: {reason}")
+        super().__init__(f"cannot {verb} run file {path}: {reason}")
 
 
 class SchemaTooNew(RunFileError):
@@ -80,7 +80,7 @@ class RunFileWriteError(RunFileError):
     exit_code = EXIT_NOT_SAVED
 
     def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(path, reason, action="write")
+        super().__init__(path, reason, verb="write")
 
 
 #: sqlite3 error names and errno values, and what to call them.

@@ -299,7 +299,7 @@ async def _prepare_record(
     path = Path(out) if out is not None else runs_dir() / f"{run_id}.wtape"
     if path.exists():
         raise RunFileError(path, "it already exists and is never overwritten; "
-                           "choose another -o path", action="write")
+                           "choose another -o path", verb="write")
     roots = [Path(cwd)] if snapshots is None and argv is not None else list(snapshots or [])
     made_for_run = frozenset(p for p in path.absolute().parents if not p.exists())
     taken = take_snapshots(roots, exclude=store_paths(path), max_bytes=snapshot_max,
