@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -142,3 +143,29 @@ def test_offline_a_tool_cannot_fetch_and_the_names_are_reported(tmp_path: Path) 
     assert "wiretape-offline-check.example" in v["outcome"]["isolation"]["dns_queries"]
     assert "the agent tried to reach: wiretape-offline-check.example" in replayed.stderr
     assert "network: only loopback" in replayed.stderr
+
+
+@needs_mount_ns
+def test_a_virtualenv_left_out_of_the_snapshot_is_there_in_the_replay(tmp_path: Path) -> None:
+    """The agent's own interpreter and packages live in ``.venv``, which
+    snapshots leave out: a same-paths replay shows it read-only where it was,
+    so the command that ran when recording runs again."""
+    work = tmp_path / "project"
+    (work / ".venv").mkdir(parents=True)
+    shutil.copy(AGENT, work / ".venv" / "agent.py")
+    run = tmp_path / "run.wtape"
+    env_now = {"CONTEXT_AGENT_NOW": "a fixed time"}
+    with FakeProvider([TextTurn("the answer")]) as fp:
+        done = subprocess.run(
+            [sys.executable, "-m", "wiretape", "record", "-o", str(run), "--upstream",
+             f"openai={fp.url}/v1", "--", sys.executable, ".venv/agent.py"],
+            cwd=work, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+            env={**os.environ, **env_now})
+    assert done.returncode == 0, done.stderr
+    before = checksums(work / ".venv")
+    replayed = subprocess.run([sys.executable, "-m", "wiretape", "replay", str(run)], cwd=work,
+                              capture_output=True, text=True, timeout=90,
+                              stdin=subprocess.DEVNULL, env={**os.environ, **env_now})
+    assert replayed.returncode == 0, replayed.stderr
+    assert "verdict PASS" in replayed.stderr and "exact 1" in replayed.stderr
+    assert checksums(work / ".venv") == before

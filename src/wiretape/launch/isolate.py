@@ -79,6 +79,9 @@ class Isolation:
 
     #: (source in the sandbox, the original absolute path it is shown at).
     binds: tuple[tuple[str, str], ...] = ()
+    #: (an original folder, the place in the sandbox it is shown at,
+    #: read-only), mounted before ``binds`` so that they carry it along.
+    readonly_binds: tuple[tuple[str, str], ...] = ()
     #: A new network namespace with only loopback up.
     offline: bool = False
     #: The agent's wall clock starts at this time (ns since the epoch).
@@ -357,6 +360,7 @@ def prepare(isolation: Isolation, base_env: Mapping[str, str], *,
     if missing is not None:
         raise UsageError(missing)
     binds = _checked_binds(isolation.binds)
+    readonly_binds = _checked_binds(isolation.readonly_binds) if binds else []
     env: dict[str, str] = {}
     if isolation.clock_start_ns is not None and found.faketime is not None:
         env = clock_env(found.faketime, isolation.clock_start_ns, base_env, time.time_ns())
@@ -380,6 +384,8 @@ def prepare(isolation: Isolation, base_env: Mapping[str, str], *,
                 argv += ["--resolv", resolv_conf]
         elif found.user_namespace and binds:
             argv.append("--new-user-ns")
+        for source, target in readonly_binds:
+            argv += ["--bind-ro", source, target]
         for source, original in binds:
             argv += ["--bind", source, original]
         if isolation.cwd is not None:

@@ -338,11 +338,14 @@ def run_exec(args: Sequence[str]) -> int:
     """Parse the exec options, isolate this process, and exec the agent."""
     options: dict[str, str] = {}
     binds: list[tuple[str, str]] = []
+    readonly_binds: list[tuple[str, str]] = []
     rest = list(args)
     while rest and rest[0] != "--":
         flag = rest.pop(0)
         if flag == "--bind":
             binds.append((rest.pop(0), rest.pop(0)))
+        elif flag == "--bind-ro":
+            readonly_binds.append((rest.pop(0), rest.pop(0)))
         elif flag == "--new-user-ns":
             options[flag] = ""
         else:
@@ -365,6 +368,13 @@ def run_exec(args: Sequence[str]) -> int:
             unshare(CLONE_NEWNS)
         make_mounts_private()
         room: list[str] = []
+        # Folders the snapshot left out to the tools that make them (a
+        # virtualenv, node_modules) are shown read-only inside the sandbox
+        # copy first, so that showing the copy carries them along.
+        for source, target in readonly_binds:
+            if os.path.isdir(source) and os.path.isdir(target):
+                mount(source, target, None, MS_BIND | MS_REC)
+                mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_REC)
         # Shallow first, so a tree shown inside another one lands on top of it.
         for source, original in sorted(binds, key=lambda pair: pair[1].count("/")):
             show_at(source, original, room, options.get("--scratch"))

@@ -262,7 +262,9 @@ def plan_launch(sandbox: Sandbox | None, settings: ReplaySettings, argv: Sequenc
     if settings.same_paths is not False:
         caps = isolate.capabilities()
         if caps.mount_namespaces:
-            isolation = isolate.Isolation(binds=tuple(sandbox.binds()), offline=settings.offline,
+            isolation = isolate.Isolation(binds=tuple(sandbox.binds()),
+                                          readonly_binds=tuple(sandbox.tool_binds()),
+                                          offline=settings.offline,
                                           clock_start_ns=clock, cwd=cwd)
             return LaunchPlan(list(argv), cwd, "same-paths", sandbox=sandbox, isolation=isolation)
         reason = caps.reasons.get("mount_namespaces", "mount namespaces are not available")

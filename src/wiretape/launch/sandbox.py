@@ -27,6 +27,7 @@ from wiretape.model import FileDifference, FilesFacet, FileSides, FileVolatile
 from wiretape.playback.decide import Substitution
 from wiretape.snapshot.restore import restore
 from wiretape.snapshot.tree import (
+    DEFAULT_EXCLUDES,
     LEGACY,
     ChangeJSON,
     ChangeKind,
@@ -35,6 +36,9 @@ from wiretape.snapshot.tree import (
     compare,
     walk,
 )
+
+#: Folders left out of snapshots that a replay shows as they are, read-only.
+TOOL_FOLDERS = DEFAULT_EXCLUDES - {".wiretape"}
 
 MAPPING_WARNING = (
     "wiretape: paths are mapped into the sandbox, not shown at their original places: an "
@@ -100,6 +104,22 @@ class Sandbox:
     def binds(self) -> list[tuple[str, str]]:
         """(sandbox copy, original path) pairs for same-path bind mounts."""
         return [(str(c.copy), str(c.original)) for c in self.copies]
+
+    def tool_binds(self) -> list[tuple[str, str]]:
+        """(original folder, its place in the sandbox copy) for each folder
+        at the top of a snapshotted tree that snapshots leave to the tools
+        that make them (``.venv``, ``node_modules``, ...: ``DEFAULT_EXCLUDES``).
+        Shown read-only at the original paths, the agent's interpreter and
+        packages are there in a replay as they were, and stay unwritten."""
+        pairs = []
+        for c in self.copies:
+            for name in sorted(TOOL_FOLDERS):
+                original = c.original / name
+                if original.is_dir() and not original.is_symlink():
+                    place = c.copy / name
+                    place.mkdir(exist_ok=True)
+                    pairs.append((str(original), str(place)))
+        return pairs
 
     def _pairs(self) -> list[tuple[str, str]]:
         return sorted(((str(c.original), str(c.copy)) for c in self.copies),
