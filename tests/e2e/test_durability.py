@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from support.routed_upstream import RoutedUpstream
+from wiretape.store.locate import replay_logs_dir
 from wiretape.store.runfile import open_run
 from wiretape.testing import FakeProvider, TextTurn
 
@@ -65,6 +66,22 @@ def rows(path: Path, table: str) -> int:
             db.close()
     except sqlite3.Error:
         return 0
+
+
+def logged_requests(run: Path) -> int:
+    """Requests decided so far by replays of ``run``: they are in its replay
+    log (in the user's folder of replay logs), never in the run file."""
+    return sum(rows(log, "replay_requests") for log in replay_logs_dir().glob("run_*.replays")
+               if rows(log, "replays") and _replays_source(log, run))
+
+
+def _replays_source(log: Path, run: Path) -> bool:
+    db = sqlite3.connect(f"file:{log}?mode=ro", uri=True, timeout=1)
+    try:
+        return db.execute("SELECT 1 FROM replays WHERE source = ?",
+                          (str(run.absolute()),)).fetchone() is not None
+    finally:
+        db.close()
 
 
 def wait_for(what: str, ok: Callable[[], bool], proc: subprocess.Popen[bytes], cwd: Path,
@@ -160,7 +177,7 @@ def killed_replay(one_request_run: Path, tmp_path: Path, reap: list[Path]) -> Pa
     wt = start_wiretape("replay", str(run), "--", sys.executable, PROBE, "hello", "--raw",
                         "--sleep", "60", "--pidfile", str(pidfile), cwd=tmp_path)
     try:
-        wait_for("the first decision", lambda: rows(run, "replay_requests") >= 1, wt, tmp_path)
+        wait_for("the first decision", lambda: logged_requests(run) >= 1, wt, tmp_path)
         kill9(wt)
     finally:
         if wt.poll() is None:

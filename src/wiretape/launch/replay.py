@@ -388,7 +388,8 @@ async def replay(
                     lambda _sid, _path, digest: run.content(digest),
                     lambda sid, path, _digest: box.content(sid, path), since=since)
             outcome["isolation"] = isolation_facet(launch, settings, dns)
-            outcome["sandbox"] = {"same": None, "paths": launch.mode, "notes": launch.notes,
+            outcome["sandbox"] = {"same": None, "paths": launch.mode,
+                                  "notes": launch.notes + run.replay_log_notes(),
                                   "kept": str(sandbox.root) if sandbox and settings.keep else None}
             if connect is not None:
                 outcome["intercept"] = {"same": None, **connect.report.to_json()}
