@@ -11,8 +11,9 @@ attacker would hand-edit one.
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from support import readonly
 from wiretape.errors import RunFileError, SchemaTooNew
 from wiretape.model import Ending, Exchange, Frame, Origin, Request, Response, RunInfo
 from wiretape.snapshot.tree import Entry
@@ -98,14 +100,27 @@ def test_reading_a_run_leaves_its_bytes_and_its_folder_as_they_were(run_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.wtape"]
 
 
+READ_BACK = ("import sys; from wiretape.store import open_run; "
+             "run = open_run(sys.argv[1], replay_logs=sys.argv[2]); "
+             "print([e.seq for e in run.exchanges()])")
+
+
+def read_on_a_read_only_mount(run_path: Path, tmp_path: Path) -> str:
+    """The sequence numbers of ``run_path`` read by another process that
+    sees its folder mounted read-only (root is stopped by that, not by modes)."""
+    if not readonly.available():
+        pytest.skip("no mount namespaces here to make a read-only mount")
+    done = subprocess.run(
+        readonly.read_only_argv(run_path.parent, [sys.executable, "-c", READ_BACK,
+                                                  str(run_path), str(tmp_path / "logs")]),
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def test_a_run_in_a_read_only_folder_is_read(run_path: Path, tmp_path: Path) -> None:
-    os.chmod(run_path, 0o444)
-    os.chmod(tmp_path, 0o555)
-    try:
-        with open_run(run_path, replay_logs=tmp_path / "replays") as run:
-            assert [e.seq for e in run.exchanges()] == [0, 1]
-    finally:
-        os.chmod(tmp_path, 0o755)
+    run_path.chmod(0o444)
+    assert read_on_a_read_only_mount(run_path, tmp_path) == "[0, 1]"
 
 
 def test_a_wal_mode_run_in_a_read_only_folder_is_read(run_path: Path, tmp_path: Path) -> None:
@@ -114,12 +129,9 @@ def test_a_wal_mode_run_in_a_read_only_folder_is_read(run_path: Path, tmp_path: 
     read-only folder cannot get; it is read as immutable instead."""
     edit(run_path, "PRAGMA journal_mode = WAL")
     assert not Path(f"{run_path}-wal").exists()
-    os.chmod(tmp_path, 0o555)
-    try:
-        with open_run(run_path, replay_logs=tmp_path / "replays") as run:
-            assert [e.seq for e in run.exchanges()] == [0, 1]
-    finally:
-        os.chmod(tmp_path, 0o755)
+    before = sha(run_path)
+    assert read_on_a_read_only_mount(run_path, tmp_path) == "[0, 1]"
+    assert sha(run_path) == before
 
 
 def test_a_trigger_is_refused_before_anything_is_read(run_path: Path, tmp_path: Path) -> None:

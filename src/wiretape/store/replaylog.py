@@ -203,7 +203,9 @@ class ReplayLog:
         wanted = os.W_OK if target == self.path else os.W_OK | os.X_OK
         if not os.access(target, wanted) or (target != self.path and not target.is_dir()):
             raise LogError(f"the replay log {self.path} cannot be written ({target} is not "
-                           "writable)")
+                           "a folder that can be written)")
+        if target == self.path:
+            self._writer()  # an existing log must be one wiretape wrote
 
     def _check(self, db: sqlite3.Connection) -> None:
         found = int(db.execute("PRAGMA user_version").fetchone()[0])
