@@ -192,7 +192,8 @@ def schema_problem(db: sqlite3.Connection, ddl: str) -> str | None:
     problems = []
     for (kind, name), sql in sorted(have.items()):
         if (kind, name) not in want:
-            problems.append(f"a {kind} {name!r} wiretape never makes")
+            article = "an" if kind[0] in "aeiou" else "a"
+            problems.append(f"{article} {kind} {name!r} wiretape never makes")
         elif want[(kind, name)] != sql:
             problems.append(f"its {kind} {name!r} is not defined as wiretape defines it")
     for kind, name in sorted(set(want) - set(have)):

@@ -648,7 +648,10 @@ class RunFile:
 
     def _replay_log(self) -> ReplayLog:
         if self._log is None:
-            run_id = self._meta().get("run_id", "")
+            try:
+                run_id = self._meta().get("run_id", "")
+            except _DAMAGE as exc:
+                raise _as_input_error(self.path, exc) from exc
             content = self.content_hash()
             self._log = ReplayLog(replay_log_path(run_id, content, self._replay_logs), content)
         return self._log
