@@ -42,12 +42,13 @@ class RunNotFound(WiretapeError):
 
 
 class RunFileError(WiretapeError):
-    """The run file at ``path`` is unreadable or not a wiretape run."""
+    """The run file at ``path`` is unreadable or not a wiretape run (or,
+    with ``verb="write"``, cannot be written)."""
 
-    def __init__(self, path: Path, reason: str) -> None:
+    def __init__(self, path: Path, reason: str, *, verb: str = "read") -> None:
         self.path = path
         self.reason = reason
-        super().__init__(f"cannot read run file {path}: {reason}")
+        super().__init__(f"cannot {verb} run file {path}: {reason}")
 
 
 class SchemaTooNew(RunFileError):

@@ -1,6 +1,7 @@
-"""Running a command with a folder mounted read-only: a private mount
-namespace (``unshare -m``) where the folder is bound onto itself read-only,
-so even root cannot write there (file modes do not stop root)."""
+"""Running a command with a folder mounted read-only, or on a tiny tmpfs
+(a full disk): a private mount namespace (``unshare -m``), so the mount is
+the command's alone; even root cannot write a read-only mount (file modes
+do not stop root)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ def read_only_argv(folder: Path, argv: Sequence[str]) -> list[str]:
     """``argv`` to run with ``folder`` read-only."""
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", _SCRIPT, "sh",
             str(folder), *argv]
+
+
+def tmpfs_argv(folder: Path, size: str, script: str) -> list[str]:
+    """The shell ``script`` run with a tmpfs of ``size`` (``256k``) mounted
+    on ``folder``; ``folder`` is gone for everyone else when it ends."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            f'mount -t tmpfs -o size={size} tmpfs "$1" && {script}', "sh", str(folder)]
 
 
 @functools.cache

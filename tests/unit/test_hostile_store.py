@@ -392,7 +392,7 @@ def test_an_exchange_whose_last_write_fails_leaves_nothing(tmp_path: Path) -> No
     big = Exchange(1, 1, "openai", 1, Request(b"POST", b"/v1/x", (), b"new body " * 50),
                    Response(200, b"OK", (), frames), Ending.COMPLETE, 1, 2)
     refuse_inserts_into(run, "redactions")  # the last statement of an exchange's write
-    with pytest.raises(sqlite3.DatabaseError):
+    with pytest.raises(RunFileError, match=r"cannot write run file .*not authorized"):
         run.write_exchange(big, [Redaction("request-header", "authorization", "abcd1234")])
     run._db.set_authorizer(None)
     with open_run(path, replay_logs=tmp_path / "replays") as reader:
@@ -435,7 +435,7 @@ def test_a_snapshot_outcome_or_metadata_write_that_fails_leaves_nothing(
     tables = ("snapshots", "snapshot_entries", "blobs", "origins", "outcome_changes")
     counts = {t: reader.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
     refuse_inserts_into(run, table)
-    with pytest.raises(sqlite3.DatabaseError):
+    with pytest.raises(RunFileError, match="cannot write run file"):
         write(run)
     assert {t: reader.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables} == counts
     reader.close()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from wiretape.errors import WiretapeError
 from wiretape.model import Ending, Exchange, Frame, Request, Response
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import upstream
@@ -143,7 +144,9 @@ class Recorder:
                                                    response, ending, ttfb,
                                                    time.monotonic_ns() - t0, error))
                 except Exception as exc:  # the run file cannot be written: cut the client off
-                    self.stats.failures.append(f"#{seq} not stored: {type(exc).__name__}: {exc}")
+                    why = (str(exc) if isinstance(exc, WiretapeError)
+                           else f"{type(exc).__name__}: {exc}")
+                    self.stats.failures.append(f"#{seq} not stored: {why}")
                     await conn.abort()
                     return
                 with contextlib.suppress(ClientGone):

@@ -283,8 +283,15 @@ class RunFile:
         if not self._writable:
             raise RunFileError(self.path, "it was opened for reading; a run file is written "
                                           "only while it is recorded")
-        with self._lock, transaction(self._db) as db:
-            yield db
+        with self._lock:
+            try:
+                with transaction(self._db) as db:
+                    yield db
+            except sqlite3.Error as exc:
+                full = "full" in str(exc)
+                raise RunFileError(
+                    self.path, f"{exc} (" + ("free some space; " if full else "")
+                    + "what was committed before is kept)", verb="write") from exc
 
     # -- metadata ----------------------------------------------------------
 
