@@ -103,8 +103,10 @@ class Exchange:
 
     ``seq`` is the order of request arrival (0-based) within the run;
     ``started_at_ns`` is wall-clock epoch ns; ``ttfb_ns`` and
-    ``duration_ns`` are ns from the start of the request. ``response`` is
-    None when the origin never answered (``ending`` says why).
+    ``duration_ns`` are ns from the start of the request. When the origin
+    never answered (``ending`` says why, ``ttfb_ns`` is None), ``response``
+    is the error wiretape gave the agent instead, or None in runs that did
+    not keep it (older, imported).
     """
 
     seq: int

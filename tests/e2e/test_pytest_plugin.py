@@ -62,7 +62,7 @@ import pytest
 def wiretape_upstream():
     return "{provider.url}/v1"
 ''')
-        recorded = pytester.runpytest("--wiretape-record")
+        recorded = pytester.runpytest_subprocess("--wiretape-record")
         recorded.assert_outcomes(passed=1)
         assert len(provider.requests) == 3
     assert run.is_file()
@@ -70,7 +70,7 @@ def wiretape_upstream():
 
     # The provider is gone, and no upstream is needed to replay.
     pytester.makeconftest("")
-    replayed = pytester.runpytest("-rP")
+    replayed = pytester.runpytest_subprocess("-rP")
     replayed.assert_outcomes(passed=1)
     replayed.stdout.fnmatch_lines([("*wiretape: verdict PASS (strict): recorded 3, exact 3, "
                                     "substituted 0, diverged 0, missing 0, unused 0*")])
@@ -81,7 +81,7 @@ def wiretape_upstream():
     (pytester.path / "ws" / "inventory.txt").write_text("apples: 19\npears: 25\n")
     pytester.makepyfile(test_agent=COMMAND_TEST.replace('EXTRA = []',
                                                         'EXTRA = ["--workspace", "ws"]'))
-    failed = pytester.runpytest()
+    failed = pytester.runpytest_subprocess()
     failed.assert_outcomes(failed=1)
     failed.stdout.fnmatch_lines([
         ("*wiretape: verdict FAIL (strict): recorded 3, exact 1, substituted 0, diverged 1, "
@@ -98,15 +98,15 @@ def test_an_agent_in_the_test_process_uses_the_proxy(pytester: pytest.Pytester) 
     run = pytester.path / "runs" / "test_sdk" / "test_hello.wtape"
     with FakeProvider([TextTurn("Hi!")]) as provider:
         pytester.makepyfile(test_sdk=PROXY_TEST.format(upstream=provider.url + "/v1"))
-        pytester.runpytest("--wiretape-record").assert_outcomes(passed=1)
+        pytester.runpytest_subprocess("--wiretape-record").assert_outcomes(passed=1)
         assert [r.target for r in provider.requests] == ["/v1/chat/completions"]
     assert run.is_file()
 
-    pytester.runpytest().assert_outcomes(passed=1)
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
 
     source = PROXY_TEST.format(upstream="http://127.0.0.1:9/v1")
     pytester.makepyfile(test_sdk=source.replace('SAY = "hello"', 'SAY = "goodbye"'))
-    failed = pytester.runpytest()
+    failed = pytester.runpytest_subprocess()
     failed.assert_outcomes(failed=1)
     # Strict replay refused the request; the report comes first, then the
     # test body's own failure.
@@ -122,7 +122,7 @@ def test_replay_only_by_default_a_missing_run_is_an_error_and_nothing_is_forward
         pytester: pytest.Pytester) -> None:
     with FakeProvider([TextTurn("Hi!")]) as provider:
         pytester.makepyfile(test_sdk=PROXY_TEST.format(upstream=provider.url + "/v1"))
-        result = pytester.runpytest()
+        result = pytester.runpytest_subprocess()
         assert provider.requests == []
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([
@@ -135,7 +135,7 @@ def test_a_recording_is_saved_only_when_its_test_passed(pytester: pytest.Pyteste
     run = pytester.path / "runs" / "test_sdk" / "test_hello.wtape"
     with FakeProvider([TextTurn("Something else.")]) as provider:
         pytester.makepyfile(test_sdk=PROXY_TEST.format(upstream=provider.url + "/v1"))
-        result = pytester.runpytest("--wiretape-record")
+        result = pytester.runpytest_subprocess("--wiretape-record")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([("*the new recording was not saved (the test failed); "
                                   f"{run} is unchanged*")])
@@ -148,7 +148,7 @@ def test_marker_names_the_run_and_the_mode_and_rejects_unknown_options(
         source = PROXY_TEST.format(upstream=provider.url + "/v1").replace(
             "@pytest.mark.wiretape(", '@pytest.mark.wiretape("recorded/hello.wtape", ')
         pytester.makepyfile(test_named=source)
-        pytester.runpytest("--wiretape-record").assert_outcomes(passed=1)
+        pytester.runpytest_subprocess("--wiretape-record").assert_outcomes(passed=1)
     assert (pytester.path / "recorded" / "hello.wtape").is_file()
     assert not (pytester.path / "runs").exists()
 
@@ -156,7 +156,7 @@ def test_marker_names_the_run_and_the_mode_and_rejects_unknown_options(
         '@pytest.mark.wiretape("recorded/hello.wtape", ',
         '@pytest.mark.wiretape("recorded/hello.wtape", mode="diagnostic", ')
     pytester.makepyfile(test_named=diagnostic)
-    result = pytester.runpytest()
+    result = pytester.runpytest_subprocess()
     # Diagnostic mode served the recorded answer (so the body passed), but a
     # diverged request is never a pass.
     result.assert_outcomes(failed=1)
@@ -168,7 +168,7 @@ def test_marker_names_the_run_and_the_mode_and_rejects_unknown_options(
 
     pytester.makepyfile(test_named=source.replace('"recorded/hello.wtape", ',
                                                   '"recorded/hello.wtape", record_mode="all", '))
-    bad = pytester.runpytest()
+    bad = pytester.runpytest_subprocess()
     bad.assert_outcomes(errors=1)
     bad.stdout.fnmatch_lines([("*unknown @pytest.mark.wiretape option(s) record_mode; known: "
                                "run, upstream, mode, port, substitutions, allow_substitutions*")])
@@ -179,7 +179,7 @@ def test_a_test_has_one_run(pytester: pytest.Pytester) -> None:
 def test_both(wiretape_agent, wiretape_proxy):
     pass
 ''')
-    result = pytester.runpytest()
+    result = pytester.runpytest_subprocess()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([("*test_both.py::test_both: a test has one run, so it uses "
                                   "either wiretape_agent or wiretape_proxy, not both*")])

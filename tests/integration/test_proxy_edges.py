@@ -337,6 +337,96 @@ def test_malformed_request_gets_400_and_other_clients_are_served(serve_record, u
     assert targets == [b"/v1/before", b"/v1/after", b"/v1/fresh"]
 
 
+def _hostile(upstream_port: int) -> list[bytes]:
+    other = upstream_port + 1  # any other port on this machine
+    return [
+        b"GET @127.0.0.1:%d/x HTTP/1.1\r\nHost: a\r\n\r\n" % other,
+        b"GET 1/x HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"GET http://127.0.0.1:%d/x HTTP/1.1\r\nHost: a\r\n\r\n" % other,
+        b"POST /v1/x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n"
+        b"\r\n5\r\nhello\r\n0\r\n\r\n",
+        b"POST /v1/x HTTP/1.1\r\nHost: a\r\n" + b"X-F: v\r\n" * 20_000 + b"\r\n",
+        b"POST /v1/x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhe",
+        b"GET /v1/x HTTP/1.1\r\nHost: a\r\nX: \x00\r\n\r\n",
+    ]
+
+
+def test_hostile_shapes_are_refused_without_a_traceback(serve_record, upstream):
+    """What an attacker on this machine might send: answered 4xx or closed,
+    nothing relayed but the normal request, and stderr free of tracebacks."""
+    wt, port, run = serve_record
+    statuses = []
+    for raw in _hostile(int(upstream.url.rsplit(":", 1)[1])):
+        with Conn(port, timeout=10) as conn:
+            conn.send(raw)
+            conn.sock.shutdown(socket.SHUT_WR)
+            statuses.append(conn.reply().status)
+    for raw in (b"NOT HTTP\r\n\r\n", b"GET @x:1/ HTTP/1.1\r\nHost: a\r\n\r\n") * 5:
+        with Conn(port) as conn:  # then hang up at once, with a reset
+            conn.send(raw)
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+    with Conn(port) as conn:
+        conn.send(post("/v1/after", {"n": 1}))
+        assert conn.reply().status == 200
+    targets = [e.request.target for e in stop_and_load(wt, run)]
+    err = wt.stderr()
+    assert statuses == [400, 400, 400, 400, 431, 400, 400]
+    assert targets == [b"/v1/after"]
+    assert [s.target for s in upstream.seen()] == [b"/v1/after"]
+    assert "Traceback" not in err and "Unhandled exception" not in err, err
+    assert "internal error" not in err, err
+
+
+def test_running_out_of_descriptors_is_said_once(upstream, tmp_path):
+    """With few file descriptors, held connections exhaust them: accepting
+    fails (asyncio retries every second); wiretape says so once, serves
+    again once some close, and prints no traceback."""
+    import resource
+
+    port, run = free_port(), tmp_path / "few.wtape"
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(
+            resource.RLIMIT_NOFILE)[1]))
+
+    err_path = tmp_path / "few.err"
+    with open(err_path, "wb") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wiretape", "serve", "--record", "--upstream",
+             f"{upstream.url}/v1", "--port", str(port), "-o", str(run)],
+            cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=err_file,
+            preexec_fn=few_descriptors)
+    held: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith(b"upstream: ")
+        for _ in range(100):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(2.5)  # asyncio retries the accept each second
+        for sock in held:
+            sock.close()
+        held.clear()
+        with Conn(port, timeout=10) as conn:
+            conn.send(post("/v1/after", {"n": 1}))
+            assert conn.reply().status == 200
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    finally:
+        for sock in held:
+            sock.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = err_path.read_text(errors="replace")
+    assert proc.returncode == 0, err
+    said = [line for line in err.splitlines() if "cannot accept connections" in line]
+    assert len(said) == 1, err
+    assert said[0].startswith("wiretape: cannot accept connections: OSError: [Errno 24]")
+    assert "Traceback" not in err and "out of system resource" not in err, err
+    with open_run(run) as rf:
+        assert [e.request.target for e in rf.exchanges()] == [b"/v1/after"]
+
+
 def test_body_over_max_body_gets_413(upstream, tmp_path):
     port, run = free_port(), tmp_path / "capped.wtape"
     wt = Wiretape(tmp_path, "record", "--max-body", "1000", "--port", str(port), "-o", str(run),

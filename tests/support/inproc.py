@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -36,29 +37,52 @@ __all__ = [
 LOOP_TIMEOUT = 10.0
 
 
-def in_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+def in_loop(test: Callable[..., Coroutine[Any, Any, None]] | None = None, *,
+            internal_errors: int = 0) -> Any:
     """Run an ``async def`` test in a fresh event loop (``asyncio.run``).
 
     It fails when it takes over :data:`LOOP_TIMEOUT` seconds, and when the
     loop reported an error of its own (an exception escaping a connection's
     callback, say): such an error would be a traceback on the user's
-    terminal. Fixtures are passed through.
+    terminal. It fails as well when the proxy logged other than
+    ``internal_errors`` internal errors (what its own handler of the loop's
+    reports, and its connections, make of a bug). Fixtures are passed
+    through. ``@in_loop`` or ``@in_loop(internal_errors=N)``.
     """
+    if test is None:
+        return functools.partial(in_loop, internal_errors=internal_errors)
 
     @functools.wraps(test)
     def run(*args: Any, **kwargs: Any) -> None:
         reported: list[dict[str, Any]] = []
+        bugs = _InternalErrors()
 
         async def main() -> None:
             asyncio.get_running_loop().set_exception_handler(
                 lambda _loop, context: reported.append(context))
             await asyncio.wait_for(test(*args, **kwargs), LOOP_TIMEOUT)
 
-        asyncio.run(main())
+        logger = logging.getLogger("wiretape")
+        logger.addHandler(bugs)
+        try:
+            asyncio.run(main())
+        finally:
+            logger.removeHandler(bugs)
         assert not reported, "the event loop reported errors: " + "; ".join(
             f"{c.get('message')}: {c.get('exception')!r}" for c in reported)
+        assert len(bugs.lines) == internal_errors, bugs.lines
 
     return run
+
+
+class _InternalErrors(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("wiretape: internal error"):
+            self.lines.append(record.getMessage())
 
 
 @contextlib.asynccontextmanager

@@ -13,6 +13,16 @@ def test_upstream_headers_drop_hop_by_hop_and_connection_listed() -> None:
         (b"Host", b"api.example.com"), (b"Authorization", b"Bearer k"), (b"X-Bar", b"2"))
 
 
+
+def test_upstream_headers_say_the_bodys_own_length_once_in_place() -> None:
+    headers = ((b"Host", b"h"), (b"content-length", b"99"), (b"X-A", b"1"),
+               (b"Content-Length", b"99"))
+    assert upstream_request_headers(headers, b"o", body_length=5) == (
+        (b"Host", b"o"), (b"content-length", b"5"), (b"X-A", b"1"))
+    # without a length given (or none in the request) nothing is added
+    assert upstream_request_headers(headers[2:3], b"o", body_length=5) == (
+        (b"Host", b"o"), (b"X-A", b"1"))
+
 def test_chunked_response_keeps_order_and_case_in_place() -> None:
     headers = ((b"Date", b"d"), (b"Transfer-Encoding", b"chunked"), (b"Connection", b"keep-alive"),
                (b"x-request-id", b"r"), (b"Keep-Alive", b"timeout=5"))

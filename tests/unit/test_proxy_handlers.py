@@ -41,6 +41,7 @@ from wiretape.model import (
 )
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy
+from wiretape.proxy import upstream
 from wiretape.proxy.http1 import ErrorBody
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.replay import Replayer
@@ -280,10 +281,14 @@ async def test_record_an_unreachable_origin_answers_502_and_stores_why(
             message = error["error"]["message"]
         assert message.startswith(f"wiretape: origin {upstream} unreachable: ConnectError")
     exchanges = stored(tmp_path / "r.wtape")
-    assert [(e.seq, e.origin, e.ending, e.response) for e in exchanges] == [
-        (0, origin, Ending.ORIGIN_UNREACHABLE, None), (1, origin, Ending.ORIGIN_UNREACHABLE, None)]
+    assert [(e.seq, e.origin, e.ending) for e in exchanges] == [
+        (0, origin, Ending.ORIGIN_UNREACHABLE), (1, origin, Ending.ORIGIN_UNREACHABLE)]
     assert all(e.error and e.error.startswith("ConnectError") for e in exchanges)
-    assert all(e.ttfb_ns is None for e in exchanges)
+    assert all(e.ttfb_ns is None for e in exchanges)  # the origin sent no byte
+    for e, got in zip(exchanges, replies, strict=True):  # the answer the agent got, as it got it
+        assert e.response is not None
+        assert (e.response.status, e.response.reason) == (got.status, got.reason)
+        assert list(e.response.headers) == got.headers and e.response.body == got.body
 
 
 @in_loop
@@ -484,9 +489,6 @@ async def test_record_then_replay_gives_the_client_the_same_bytes(tmp_path: Path
     assert rp.replayer.rows[0]["kind"] == "exact"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a replayed origin_unreachable exchange names the origin ('openai') where the "
-    "recording named its upstream URL, so the agent gets another 502 body than it did"))
 @in_loop
 async def test_replay_of_an_unreachable_origin_gives_the_recorded_502(tmp_path: Path) -> None:
     upstream = f"http://127.0.0.1:{unused_port()}/v1"
@@ -501,3 +503,55 @@ async def test_replay_of_an_unreachable_origin_gives_the_recorded_502(tmp_path: 
         again = await client.response()
     assert rp.replayer.rows[0]["kind"] == "exact"
     assert (again.status, again.head, again.body) == (live.status, live.head, live.body)
+
+
+@in_loop
+async def test_replay_of_an_origin_that_timed_out_gives_the_recorded_504(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upstream, "DEFAULT_TIMEOUT", httpx.Timeout(5.0, read=0.3))
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # reads the request, never answers
+
+    origin = await asyncio.start_server(silent, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{origin.sockets[0].getsockname()[1]}/v1"
+    raw = request_bytes("POST", CHAT, chat("hi"), JSON)
+    try:
+        async with (recording(tmp_path / "r.wtape", url) as rec,
+                    await RawClient.open(rec.port) as client):
+            await client.send(raw)
+            live = await client.response()
+    finally:
+        for writer in held:
+            writer.close()
+        origin.close()
+    [ex] = stored(tmp_path / "r.wtape")
+    assert (ex.ending, ex.ttfb_ns) == (Ending.TIMEOUT, None)
+    assert ex.error is not None and ex.error.startswith("ReadTimeout")
+    assert (live.status, live.reason) == (504, b"Gateway Timeout")
+    assert live.json()["error"]["code"] == "origin_timeout"
+    assert live.json()["error"]["message"].startswith(f"wiretape: origin {url} did not answer")
+    async with (replaying(tmp_path / "r.wtape", Mode.STRICT) as rp,
+                await RawClient.open(rp.port) as client):
+        await client.send(raw)
+        again = await client.response()
+        await client.send(raw)  # the connection was kept open, as when recorded
+        missing = await client.response()
+    assert (again.head, again.body) == (live.head, live.body)
+    assert rp.replayer.rows[0]["kind"] == "exact"
+    assert missing.json()["error"]["code"] == "replay_missing"
+
+
+@in_loop
+async def test_a_run_without_the_stored_502_names_the_recorded_upstream(tmp_path: Path) -> None:
+    """Runs written before the 502 was stored: it is made again, naming the
+    origin's upstream URL from the run's metadata, as the recording did."""
+    path = tape(tmp_path / "r.wtape",
+                recorded(0, chat("down"), response=False, ending=Ending.ORIGIN_UNREACHABLE))
+    async with replaying(path, Mode.STRICT) as rp, await RawClient.open(rp.port) as client:
+        await client.send(request_bytes("POST", CHAT, chat("down"), JSON))
+        down = await client.response()
+    assert down.json()["error"]["message"] == (
+        "wiretape: origin http://127.0.0.1:9/v1 unreachable: "
+        "ConnectError: [Errno 111] Connection refused")

@@ -27,7 +27,9 @@ STOP_GRACE_S = 5.0
 OUTPUT_DRAIN_S = 1.0
 
 
-def resolve_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+def resolve_command(
+    argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str] | None = None
+) -> str:
     """The executable for ``argv[0]``. Raises CommandNotFound."""
     if not argv:
         raise CommandNotFound("", "no command given after --")
@@ -135,6 +137,17 @@ class Child:
             await asyncio.to_thread(self.process.wait, grace)
         except subprocess.TimeoutExpired:
             self.signal_group(signal.SIGKILL)
+
+    async def __aenter__(self) -> Child:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Leaving its block before :meth:`wait` has seen the agent exit (an
+        error, a cancellation): stop it as a group and reap it, so no agent
+        outlives the wiretape session that started it."""
+        if self.process.returncode is None:
+            await self.stop("wiretape stopped before the agent exited")
+            await self.wait()
 
 
 @contextlib.contextmanager

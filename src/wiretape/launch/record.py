@@ -8,6 +8,7 @@ bad input leaves nothing half-made behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -63,18 +64,19 @@ def _origin_error_body(path: bytes) -> ErrorBody:
 
 
 async def bind_origins(
-    listeners: Listeners, planned: Sequence[PlannedOrigin], recorder_ref: list[Recorder]
+    listeners: Listeners, planned: Sequence[PlannedOrigin],
+    handler_for: Callable[[str, str, int], Handler],
 ) -> list[Origin]:
-    """Listen for each planned origin; handlers are looked up lazily so the
-    recorder can be created after the ports are known. Raises PortInUse."""
+    """Listen for each planned origin; ``handler_for(name, upstream,
+    connection_id)`` gives each connection its handler. Raises PortInUse."""
     origins = []
     for p in planned:
         _, _, base = parse_upstream(p.upstream)
 
-        def handler_for(conn_id: int, p: PlannedOrigin = p) -> Handler:
-            return recorder_ref[0].handler(p.name, p.upstream, conn_id)
+        def for_connection(conn_id: int, p: PlannedOrigin = p) -> Handler:
+            return handler_for(p.name, p.upstream, conn_id)
 
-        port = await listeners.listen(p.port, handler_for, _origin_error_body(base.encode()))
+        port = await listeners.listen(p.port, for_connection, _origin_error_body(base.encode()))
         origins.append(Origin(p.name, p.upstream, port, p.env_vars))
     return origins
 
@@ -111,11 +113,73 @@ async def record(
     ``on_environment`` is called with the variables set for the agent (name
     to value) once the proxy listens, for an agent started by someone else.
 
+    However it ends (an error, a cancellation), the ports, the CA and an
+    agent still running are given back, and the run file, once made, keeps
+    its end and outcome.
+
     Returns the RecordResult; the child's exit status is in it. Raises
     CommandNotFound, PortInUse, InvalidUpstream, UsageError, RunFileError.
     """
-    cwd = cwd or os.getcwd()
-    upstream_options = upstream_options or UpstreamOptions()
+    async with contextlib.AsyncExitStack() as stack:
+        session = await _prepare_record(
+            stack, argv, cwd=cwd or os.getcwd(), out=out, upstreams=upstreams, ports=ports,
+            max_body=max_body, snapshots=snapshots, snapshot_max=snapshot_max,
+            intercept=intercept, upstream_options=upstream_options or UpstreamOptions())
+        # The run file exists: however the recording ends, it keeps its end and outcome.
+        stack.push_async_callback(_judge_record, session)
+        if on_environment is not None:
+            on_environment({name: session.env[name] for name in session.env_names})
+        if on_listening is not None:
+            on_listening(session.origins)
+        await _serve_record(stack, session, until, echo_stdout, echo_stderr)
+    return session.result()
+
+
+@dataclass
+class _Recording:
+    """What the phases of one recording share: made by ``_prepare_record``,
+    filled in by ``_serve_record`` and ``_judge_record``."""
+
+    argv: list[str] | None
+    cwd: str
+    run_id: str
+    path: Path
+    run: RunFile
+    recorder: Recorder
+    listeners: Listeners
+    connect: ConnectProxy | None
+    origins: list[Origin]
+    env: dict[str, str]
+    env_names: list[str]
+    #: (snapshot id, tree, its entries before the agent ran)
+    snapshots: list[tuple[int, Path, list[Entry]]]
+    #: folders made to hold the run file: wiretape's doing, not the agent's
+    made_for_run: frozenset[Path]
+    started: float = 0.0  # time.monotonic() when serving began
+    exit_status: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    exchanges: int = 0
+    body_bytes: int = 0
+
+    def result(self) -> RecordResult:
+        return RecordResult(self.run_id, self.path, self.exchanges, self.body_bytes,
+                            time.monotonic() - self.started, self.exit_status,
+                            tuple(self.origins), self.recorder.stats.failures,
+                            self.listeners.refused,
+                            self.connect.report if self.connect is not None else None)
+
+
+async def _prepare_record(
+    stack: contextlib.AsyncExitStack, argv: Sequence[str] | None, *, cwd: str,
+    out: Path | None, upstreams: Sequence[tuple[str, str]],
+    ports: Sequence[tuple[str | None, int]], max_body: int, snapshots: Sequence[Path] | None,
+    snapshot_max: int, intercept: InterceptSettings | None, upstream_options: UpstreamOptions,
+) -> _Recording:
+    """Check the input and snapshot the trees; then bind the listeners;
+    then create the run file and its recorder, so bad input leaves nothing
+    half-made behind. Each resource is entered into ``stack`` as it is
+    acquired."""
     upstream_options.verify()  # a bad --upstream-ca is a usage error before anything starts
     planned = ([] if intercept is not None else
                plan_origins(upstreams, ports, include_known=argv is not None))
@@ -124,92 +188,113 @@ async def record(
     run_id = new_run_id()
     path = Path(out) if out is not None else runs_dir() / f"{run_id}.wtape"
     if path.exists():
-        raise RunFileError(path, "it already exists and is never overwritten; choose another -o path")
+        raise RunFileError(path, "it already exists and is never overwritten; "
+                           "choose another -o path")
     roots = [Path(cwd)] if snapshots is None and argv is not None else list(snapshots or [])
-    # Folders made to hold the run file are wiretape's doing, not the agent's.
     made_for_run = frozenset(p for p in path.absolute().parents if not p.exists())
     taken = take_snapshots(roots, exclude=store_paths(path), max_bytes=snapshot_max)
+    # The listeners are bound before the run file and the recorder exist;
+    # connections and the forward proxy's report find them here once they do.
+    run: RunFile | None = None
+    recorder: Recorder | None = None
+
+    def handler_for(name: str, upstream: str, conn_id: int) -> Handler:
+        assert recorder is not None
+        return recorder.handler(name, upstream, conn_id)
+
+    def store_report(report: ConnectReport) -> None:
+        if run is not None:  # what the forward proxy saw, kept as it changes
+            run.set_connect_report(report.to_json())
+
     listeners = Listeners(max_body=max_body)
-    recorder_ref: list[Recorder] = []
-    run_ref: list[RunFile] = []
-    interception = Interception() if intercept is not None else None
-    connect: ConnectProxy | None = None
-    try:
-        if interception is not None and intercept is not None:
-            hosts = intercept_hosts(intercept.extra_hosts)
-            connect = ConnectProxy(
-                interception.ca, hosts,
-                lambda name, authority, conn_id: recorder_ref[0].handler(
-                    name, f"https://{authority}", conn_id),
-                tunnel=True, next_connection_id=listeners.next_connection_id,
-                resolve=upstream_options.resolve, max_body=max_body,
-                on_refused=listeners.note_refused,
-                on_change=lambda report: _store_connect_report(run_ref, report))
-            port = await listeners.listen(forward_proxy_port(ports),
-                                          lambda _id: plain_http_refusal(
-                                              plain_error, listeners.note_refused),
-                                          connect=connect)
-            origins = [Origin(name, f"https://{host}", port, ()) for host, name in hosts.items()]
-            env, names = proxy_environment(os.environ, port, interception.bundle)
-        else:
-            origins = await bind_origins(listeners, planned, recorder_ref)
-            env, names = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
-    except BaseException:
-        await listeners.close()
-        if interception is not None:
-            interception.close()
-        raise
-    started = time.time_ns()
+    connect, origins, env, names = await _listen_record(
+        stack, listeners, planned, ports, intercept, upstream_options, handler_for, store_report)
     info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=tuple(argv or ()), cwd=cwd,
-                   env_names=tuple(sorted(names)), origins=tuple(origins), started_at_ns=started,
-                   mode="record" if argv is not None else "serve")
-    try:
-        run = RunFile.create(path, info)
-    except BaseException:
-        await listeners.close()
-        if interception is not None:
-            interception.close()
-        raise
-    run_ref.append(run)
+                   env_names=tuple(sorted(names)), origins=tuple(origins),
+                   started_at_ns=time.time_ns(), mode="record" if argv is not None else "serve")
+    run = RunFile.create(path, info)
+    stack.callback(run.close, compact=True)
     if intercept is not None:
         run.set_intercept(sorted(h for h in intercept_hosts(intercept.extra_hosts)))
-    snapshot_ids = [(run.add_snapshot(str(root), entries), root, entries) for root, entries in taken]
+    snapshot_ids = [(run.add_snapshot(str(root), entries), root, entries)
+                    for root, entries in taken]
     recorder = Recorder(run, options=upstream_options)
-    recorder_ref.append(recorder)
-    if on_environment is not None:
-        on_environment({name: env[name] for name in names})
-    if on_listening is not None:
-        on_listening(origins)
-    t0 = time.monotonic()
-    exit_status: int | None = None
-    stdout = stderr = b""
-    try:
-        if argv is not None:
-            child = await Child.start(argv, cwd=cwd, env=env, echo_stdout=echo_stdout,
-                                      echo_stderr=echo_stderr)
-            with forward_signals(child):
-                result = await child.wait()
-            exit_status, stdout, stderr = result.exit_status, result.stdout, result.stderr
-        else:
-            assert until is not None
-            await until.wait()
-    finally:
-        await listeners.close()
-        await recorder.aclose()
-        if interception is not None:
-            interception.close()
-        if connect is not None:
-            run.set_connect_report(connect.report.to_json())
-        run.finish(exit_status, stdout, stderr)
-        for snapshot_id, root, entries in snapshot_ids:
-            after = {e.path: e for e in walk(root, exclude=store_paths(path) | made_for_run)}
-            changes = compare({e.path: e for e in entries}, after)
-            run.set_outcome_changes(snapshot_id, changes, _kept_contents(changes, after))
-        exchanges, body_bytes = run.exchange_count(), run.body_bytes()
-        run.close(compact=True)
-    return RecordResult(run_id, path, exchanges, body_bytes, time.monotonic() - t0, exit_status,
-                        tuple(origins), recorder.stats.failures, listeners.refused,
-                        connect.report if connect is not None else None)
+    stack.push_async_callback(recorder.aclose)
+    return _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run, recorder,
+                      listeners, connect, origins, env, names, snapshot_ids, made_for_run)
+
+
+async def _listen_record(
+    stack: contextlib.AsyncExitStack, listeners: Listeners, planned: Sequence[PlannedOrigin],
+    ports: Sequence[tuple[str | None, int]], intercept: InterceptSettings | None,
+    upstream_options: UpstreamOptions, handler_for: Callable[[str, str, int], Handler],
+    store_report: Callable[[ConnectReport], None],
+) -> tuple[ConnectProxy | None, list[Origin], dict[str, str], list[str]]:
+    """Bind the listeners: one per planned origin, or (intercepting) the
+    forward proxy with a CA made for this run. Returns the forward proxy
+    (intercepting only), the origins, and the agent's environment with the
+    names of the variables set in it."""
+    if intercept is None:
+        stack.push_async_callback(listeners.close)
+        origins = await bind_origins(listeners, planned, handler_for)
+        env, names = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
+        return None, origins, env, names
+    interception = Interception()
+    stack.callback(interception.close)
+    stack.push_async_callback(listeners.close)
+    hosts = intercept_hosts(intercept.extra_hosts)
+    connect = ConnectProxy(
+        interception.ca, hosts,
+        lambda name, authority, conn_id: handler_for(name, f"https://{authority}", conn_id),
+        tunnel=True, next_connection_id=listeners.next_connection_id,
+        resolve=upstream_options.resolve, max_body=listeners.max_body,
+        on_refused=listeners.note_refused, on_change=store_report)
+    port = await listeners.listen(forward_proxy_port(ports),
+                                  lambda _id: plain_http_refusal(
+                                      plain_error, listeners.note_refused),
+                                  connect=connect)
+    origins = [Origin(name, f"https://{host}", port, ()) for host, name in hosts.items()]
+    env, names = proxy_environment(os.environ, port, interception.bundle)
+    return connect, origins, env, names
+
+
+async def _serve_record(stack: contextlib.AsyncExitStack, session: _Recording,
+                        until: asyncio.Event | None, echo_stdout: BinaryIO | None,
+                        echo_stderr: BinaryIO | None) -> None:
+    """Run the agent while the proxy records (with no command: wait for
+    ``until``). The child is entered into ``stack``, and SIGINT/SIGTERM go
+    to its group until serving ends."""
+    session.started = time.monotonic()
+    if session.argv is None:
+        assert until is not None
+        await until.wait()
+        return
+    child = await Child.start(session.argv, cwd=session.cwd, env=session.env,
+                              echo_stdout=echo_stdout, echo_stderr=echo_stderr)
+    await stack.enter_async_context(child)
+    stack.enter_context(forward_signals(child))
+    result = await child.wait()
+    session.exit_status, session.stdout, session.stderr = (result.exit_status, result.stdout,
+                                                           result.stderr)
+
+
+async def _judge_record(session: _Recording) -> None:
+    """However serving ended: stop listening and let every exchange be
+    committed (the stack closes both again on its way out, which then does
+    nothing), then store the run's end and what the agent changed in the
+    snapshotted trees."""
+    await session.listeners.close()
+    await session.recorder.aclose()
+    run = session.run
+    if session.connect is not None:
+        run.set_connect_report(session.connect.report.to_json())
+    run.finish(session.exit_status, session.stdout, session.stderr)
+    exclude = store_paths(session.path) | session.made_for_run
+    for snapshot_id, root, entries in session.snapshots:
+        after = {e.path: e for e in walk(root, exclude=exclude)}
+        changes = compare({e.path: e for e in entries}, after)
+        run.set_outcome_changes(snapshot_id, changes, _kept_contents(changes, after))
+    session.exchanges, session.body_bytes = run.exchange_count(), run.body_bytes()
 
 
 #: Text files up to this size (bytes) keep their recorded result, so that a
@@ -223,10 +308,6 @@ def _kept_contents(changes: Sequence[Change], after: Mapping[str, Entry]) -> dic
             and len(after[c.path].data) <= KEEP_CONTENT_MAX}
 
 
-def _store_connect_report(run_ref: list[RunFile], report: ConnectReport) -> None:
-    """Keep what the forward proxy saw as it changes (once the run file exists)."""
-    if run_ref:
-        run_ref[0].set_connect_report(report.to_json())
 
 
 def take_snapshots(roots: Sequence[Path], *, exclude: frozenset[Path],

@@ -10,10 +10,11 @@ to that); what recording and replaying share lives in ``launch.child``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
@@ -117,7 +118,9 @@ def _short_diff(recorded: bytes, replayed: bytes, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[:limit] + "\n... (cut)\n"
 
 
-def _wanted_port(origin: Origin, overrides: dict[str | None, int], primary: str) -> tuple[int, bool]:
+def _wanted_port(
+    origin: Origin, overrides: dict[str | None, int], primary: str
+) -> tuple[int, bool]:
     """(port, explicit): a --port override is explicit; else the recorded port."""
     if origin.name in overrides:
         return overrides[origin.name], True
@@ -133,7 +136,9 @@ async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer:
     free (else any free port). Raises PortInUse for a taken --port."""
     overrides = dict(ports)
     primary = origins[0].name if origins else ""
-    unknown = sorted(str(n) for n in overrides if n is not None and n not in {o.name for o in origins})
+    unknown = sorted(
+        str(n) for n in overrides if n is not None and n not in {o.name for o in origins}
+    )
     if unknown:
         raise UsageError(f"--port names origin {unknown[0]!r}, which this run did not record "
                          f"(its origins: {', '.join(o.name for o in origins)})")
@@ -161,9 +166,14 @@ async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer:
     return bound
 
 
-async def bind_forward_proxy(listeners: Listeners, interception: Interception, info: RunInfo,
-                             replayer: Replayer, settings: ReplaySettings,
-                             isolated: isolate.IsolatedLaunch | None) -> tuple[ConnectProxy, list[Origin]]:
+async def bind_forward_proxy(
+    listeners: Listeners,
+    interception: Interception,
+    info: RunInfo,
+    replayer: Replayer,
+    settings: ReplaySettings,
+    isolated: isolate.IsolatedLaunch | None,
+) -> tuple[ConnectProxy, list[Origin]]:
     """Listen as the forward proxy of an intercepted run: the recorded
     hosts answered from the tape, every other CONNECT refused. The port is
     ``--port N`` or any free one (the child is told it). Raises PortInUse."""
@@ -211,8 +221,13 @@ def plan_launch(sandbox: Sandbox | None, settings: ReplaySettings, argv: Sequenc
     extra = isolate.Isolation(offline=settings.offline, clock_start_ns=clock)
     wanted = extra if settings.offline or clock is not None else None
     if sandbox is None:
-        return LaunchPlan(list(argv), cwd, "none", isolation=wanted,
-                          notes=("wiretape: no snapshot was taken: the agent ran against the live files",))
+        return LaunchPlan(
+            list(argv),
+            cwd,
+            "none",
+            isolation=wanted,
+            notes=("wiretape: no snapshot was taken: the agent ran against the live files",),
+        )
     if settings.same_paths is not False:
         caps = isolate.capabilities()
         if caps.mount_namespaces:
@@ -235,11 +250,19 @@ def plan_launch(sandbox: Sandbox | None, settings: ReplaySettings, argv: Sequenc
 def isolation_facet(plan: LaunchPlan, settings: ReplaySettings,
                     dns: Sequence[str]) -> IsolationFacet:
     """What was and was not isolated, said plainly."""
-    said = [f"files: {'sandbox at the original paths' if plan.mode == 'same-paths' else 'sandbox, paths mapped' if plan.mode == 'mapped' else 'not isolated (no snapshot)'}",
-            "network: " + ("only loopback (--offline)" if settings.offline else
-                           "not isolated: the agent's own tools can reach the network; "
-                           "only provider calls are answered from the recording"),
-            "clock: " + ("starts at the recorded time" if settings.clock_recorded else "real")]
+    files = {"same-paths": "sandbox at the original paths",
+             "mapped": "sandbox, paths mapped"}.get(plan.mode, "not isolated (no snapshot)")
+    said = [
+        f"files: {files}",
+        "network: "
+        + (
+            "only loopback (--offline)"
+            if settings.offline
+            else "not isolated: the agent's own tools can reach the network; "
+            "only provider calls are answered from the recording"
+        ),
+        "clock: " + ("starts at the recorded time" if settings.clock_recorded else "real"),
+    ]
     return {"same": None, "said": said, "dns_queries": list(dns)}
 
 
@@ -261,146 +284,242 @@ async def replay(
     in ``argv`` runs in ``cwd`` (default: the current directory); the
     recorded one, in the recorded directory.
 
+    However it ends (an error, a cancellation), the ports, the CA, the
+    isolation, an agent still running and the sandbox (unless ``keep``)
+    are given back, and a replay that has begun keeps its end and outcome.
+
     Raises RunFileError, CommandNotFound, PortInUse, UsageError.
     """
+    async with contextlib.AsyncExitStack() as stack:
+        session = await _prepare_replay(stack, path, argv, settings, cwd=cwd, until=until,
+                                        on_decision=on_decision)
+        if on_environment is not None and session.proxy_variables is not None:
+            on_environment(session.proxy_variables)
+        session.start()
+        # The replay has begun: however it ends, its outcome is stored and judged.
+        stack.push_async_callback(_judge_replay, session)
+        if on_listening is not None:
+            on_listening(session.origins)
+        await _serve_replay(stack, session, echo_stdout, echo_stderr)
+    assert session.verdict is not None
+    return session.verdict
+
+
+@dataclass
+class _Stopping:
+    """What a strict stop does: stop the agent's process group (once it has
+    been started) and end serving. Stopping the group may take a grace
+    period; the outcome is judged after it."""
+
+    event: asyncio.Event
+    child: Child | None = None
+    pending: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def __call__(self, reason: str) -> None:
+        if self.child is not None:
+            task = asyncio.get_running_loop().create_task(
+                self.child.stop(reason), name="wiretape-stop-child")
+            self.pending.add(task)
+            task.add_done_callback(self.pending.discard)
+        self.event.set()
+
+    async def settled(self) -> None:
+        if self.pending:
+            await asyncio.gather(*self.pending, return_exceptions=True)
+
+
+@dataclass
+class _Replay:
+    """What the phases of one replay share: made by ``_prepare_replay``,
+    filled in by ``_serve_replay`` and ``_judge_replay``."""
+
+    run: RunFile
+    info: RunInfo
+    settings: ReplaySettings
+    #: the command as stored with the replay: the one given, else the recorded one
+    argv: list[str]
+    #: what is started (isolation wrapper and path mapping applied); None: serve only
+    command: list[str] | None
+    sandbox: Sandbox | None
+    launch: LaunchPlan
+    policy: Policy
+    replayer: Replayer
+    stopping: _Stopping
+    isolated: isolate.IsolatedLaunch | None
+    listeners: Listeners
+    connect: ConnectProxy | None
+    origins: list[Origin]
+    env: dict[str, str]
+    #: the forward proxy's variables for the agent (intercepting only)
+    proxy_variables: dict[str, str] | None
+    exit_status: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    verdict: Verdict | None = None
+
+    def start(self) -> None:
+        """Begin the replay in the run file, with how it is served."""
+        settings = self.settings
+        self.run.start_replay(self.replayer.replay_id, settings.mode.value, {
+            "pace": settings.pace.value, "argv": self.argv, "cwd": self.launch.cwd,
+            "allow_substitutions": settings.allow_substitutions,
+            "substitutions": [[s.old.decode("utf-8", "replace"), s.new.decode("utf-8", "replace")]
+                              for s in self.policy.substitutions],
+            "sandbox": str(self.sandbox.root) if self.sandbox else None,
+            "paths": self.launch.mode, "ports": {o.name: o.port for o in self.origins},
+        })
+
+
+async def _prepare_replay(
+    stack: contextlib.AsyncExitStack, path: Path, argv: Sequence[str] | None,
+    settings: ReplaySettings, *, cwd: str | None, until: asyncio.Event | None,
+    on_decision: Callable[[ReplayRow], None] | None,
+) -> _Replay:
+    """Open the run, check the input, restore the sandbox and plan the
+    launch; then prepare the isolation and bind the listeners. Each
+    resource is entered into ``stack`` as it is acquired."""
     run = RunFile.open(path)
+    stack.callback(run.close, compact=True)
     run.prepare_for_writes()
-    sandbox: Sandbox | None = None
-    try:
-        info = run.info()
-        if info.intercept and settings.intercept is False:
-            raise UsageError(f"run {info.run_id} was recorded with --intercept: its requests went "
-                             "to the providers' own hosts, which only an intercepting replay "
-                             "answers; drop --no-intercept")
-        exchanges = run.exchanges()
-        cwd = info.cwd if argv is None or not argv else (cwd or os.getcwd())
-        if until is None:
-            command = list(argv) if argv else list(info.argv)
-            if not command:
-                raise UsageError(f"run {info.run_id} has no command of its own (it was recorded "
-                                 "with `serve` or `wiretape.recording()`, or imported): give one "
-                                 "after -- (from Python: argv=[...])")
-        snapshots = run.snapshots() if until is None else []
-        if settings.state == "current":
-            snapshots = current_state(snapshots, path)
-        sandbox = (Sandbox.restore(snapshots, source=path, home=os.environ.get("HOME"))
-                   if snapshots else None)
-        if until is None:
-            # The agent's own command is checked where it will run: in the
-            # sandbox copy of its working directory, when there is one.
-            where = sandbox.map_path(cwd) if sandbox is not None else cwd
-            if not os.path.isdir(where):
-                raise UsageError(f"the recorded working directory {cwd} does not exist: "
-                                 "give the command after -- to run it here")
-            resolve_command(command, where)
-        launch = plan_launch(sandbox, settings, command if until is None else [], cwd,
-                             info.started_at_ns)
-        cwd = launch.cwd
-        if until is None:
-            command = launch.argv
-        listeners = Listeners(max_body=settings.max_body)
-        stop_event = until or asyncio.Event()
-        child_box: list[Child] = []
-        pending: set[asyncio.Task[None]] = set()
-
-        def on_stop(reason: str) -> None:
-            if child_box:
-                task = asyncio.get_running_loop().create_task(
-                    child_box[0].stop(reason), name="wiretape-stop-child")
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            stop_event.set()
-
-        policy = Policy(mode=settings.mode,
-                        substitutions=settings.substitutions + launch.substitutions,
-                        allow_substitutions=settings.allow_substitutions)
-        replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=on_stop,
-                            on_decision=on_decision)
-        isolated = (isolate.prepare(launch.isolation, os.environ)
-                    if launch.isolation is not None and until is None else None)
-        intercepting = bool(info.intercept) if settings.intercept is None else settings.intercept
-        interception = Interception() if intercepting else None
-        connect: ConnectProxy | None = None
-        try:
-            if interception is not None:
-                connect, origins = await bind_forward_proxy(
-                    listeners, interception, info, replayer, settings,
-                    isolated if settings.offline else None)
-                env, set_names = proxy_environment(os.environ, origins[0].port if origins else 0,
-                                                   interception.bundle)
-                if on_environment is not None:
-                    on_environment({name: env[name] for name in set_names})
-            else:
-                origins = await bind_replay(listeners, info.origins, replayer, settings.ports,
-                                            isolated if settings.offline else None)
-                env, _ = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
-        except BaseException:
-            await listeners.close()
-            if isolated is not None:
-                isolated.close()
-            if interception is not None:
-                interception.close()
-            raise
-        env = launch.environment(env)
+    info = run.info()
+    if info.intercept and settings.intercept is False:
+        raise UsageError(f"run {info.run_id} was recorded with --intercept: its requests went "
+                         "to the providers' own hosts, which only an intercepting replay "
+                         "answers; drop --no-intercept")
+    exchanges = run.exchanges()
+    command, sandbox, launch = _plan_replay(stack, run, path, info, argv, settings, cwd=cwd,
+                                            serve_only=until is not None)
+    stopping = _Stopping(until or asyncio.Event())
+    policy = Policy(mode=settings.mode,
+                    substitutions=settings.substitutions + launch.substitutions,
+                    allow_substitutions=settings.allow_substitutions)
+    replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=stopping,
+                        on_decision=on_decision)
+    isolated = (isolate.prepare(launch.isolation, os.environ)
+                if launch.isolation is not None and command is not None else None)
+    if isolated is not None:
+        stack.callback(isolated.close)
+    listeners = Listeners(max_body=settings.max_body)
+    connect, origins, env, proxy_variables = await _listen_replay(
+        stack, listeners, info, replayer, settings, isolated)
+    env = launch.environment(env)
+    if command is not None:
+        command = launch.argv
         if isolated is not None:
             env = {**env, **isolated.env}
             command = isolated.command(command)
-        run.start_replay(replayer.replay_id, settings.mode.value, {
-            "pace": settings.pace.value, "argv": list(argv or info.argv), "cwd": cwd,
-            "allow_substitutions": settings.allow_substitutions,
-            "substitutions": [[s.old.decode("utf-8", "replace"), s.new.decode("utf-8", "replace")]
-                              for s in policy.substitutions],
-            "sandbox": str(sandbox.root) if sandbox else None, "paths": launch.mode,
-            "ports": {o.name: o.port for o in origins},
-        })
-        if on_listening is not None:
-            on_listening(origins)
-        exit_status, stdout, stderr = None, b"", b""
-        try:
-            if until is None:
-                # An original directory missing here is made inside the
-                # agent's namespace; start from its sandbox copy meanwhile.
-                start_in = cwd if os.path.isdir(cwd) or sandbox is None else sandbox.map_path(cwd)
-                child = await Child.start(command, cwd=start_in, env=env, echo_stdout=echo_stdout,
-                                          echo_stderr=echo_stderr)
-                child_box.append(child)
-                with forward_signals(child):
-                    result = await child.wait()
-                exit_status, stdout, stderr = result.exit_status, result.stdout, result.stderr
-            else:
-                await stop_event.wait()
-        finally:
-            await listeners.close()
-            if interception is not None:
-                interception.close()
-            dns: list[str] = []
-            if isolated is not None:
-                dns = isolated.dns_queries()
-                isolated.close()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-            since = info.started_at_ns / 1e9 if info.started_at_ns else None
-            outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout, since)
-            if sandbox is not None and exit_status is not None:
-                box = sandbox
-                outcome["files"] = files_facet(
-                    run.outcome_changes(), box.changes(),
-                    lambda _sid, _path, digest: run.content(digest),
-                    lambda sid, path, _digest: box.content(sid, path), since=since)
-            outcome["isolation"] = isolation_facet(launch, settings, dns)
-            outcome["sandbox"] = {"same": None, "paths": launch.mode,
-                                  "notes": launch.notes + run.replay_log_notes(),
-                                  "kept": str(sandbox.root) if sandbox and settings.keep else None}
-            if connect is not None:
-                outcome["intercept"] = {"same": None, **connect.report.to_json()}
-            if replayer.stopped:
-                outcome["stopped"] = {"same": None, "reason": replayer.stopped}
-            run.finish_replay(replayer.replay_id, exit_status, stdout, stderr, outcome)
-        verdict = verdict_of(run, replayer.replay_id)
-        assert verdict is not None
-        return verdict
-    finally:
-        if sandbox is not None and not settings.keep:
-            sandbox.remove()
-        run.close(compact=True)
+    return _Replay(run, info, settings, list(argv or info.argv), command, sandbox, launch, policy,
+                   replayer, stopping, isolated, listeners, connect, origins, env,
+                   proxy_variables)
 
+
+def _plan_replay(
+    stack: contextlib.AsyncExitStack, run: RunFile, path: Path, info: RunInfo,
+    argv: Sequence[str] | None, settings: ReplaySettings, *, cwd: str | None, serve_only: bool,
+) -> tuple[list[str] | None, Sandbox | None, LaunchPlan]:
+    """The command to run (None: serve only), the sandbox it runs against
+    (None: no snapshot), entered into ``stack`` unless kept, and how it is
+    launched. Raises UsageError, CommandNotFound."""
+    cwd = info.cwd if argv is None or not argv else (cwd or os.getcwd())
+    command: list[str] | None = None
+    if not serve_only:
+        command = list(argv) if argv else list(info.argv)
+        if not command:
+            raise UsageError(f"run {info.run_id} has no command of its own (it was recorded "
+                             "with `serve` or `wiretape.recording()`, or imported): give one "
+                             "after -- (from Python: argv=[...])")
+    snapshots = run.snapshots() if command is not None else []
+    if settings.state == "current":
+        snapshots = current_state(snapshots, path)
+    sandbox = (Sandbox.restore(snapshots, source=path, home=os.environ.get("HOME"))
+               if snapshots else None)
+    if sandbox is not None and not settings.keep:
+        stack.callback(sandbox.remove)
+    if command is not None:
+        # The agent's own command is checked where it will run: in the
+        # sandbox copy of its working directory, when there is one.
+        where = sandbox.map_path(cwd) if sandbox is not None else cwd
+        if not os.path.isdir(where):
+            raise UsageError(f"the recorded working directory {cwd} does not exist: "
+                             "give the command after -- to run it here")
+        resolve_command(command, where)
+    return command, sandbox, plan_launch(sandbox, settings, command if command is not None else [],
+                                         cwd, info.started_at_ns)
+
+
+async def _listen_replay(
+    stack: contextlib.AsyncExitStack, listeners: Listeners, info: RunInfo, replayer: Replayer,
+    settings: ReplaySettings, isolated: isolate.IsolatedLaunch | None,
+) -> tuple[ConnectProxy | None, list[Origin], dict[str, str], dict[str, str] | None]:
+    """Bind the listeners: one per recorded origin, or (intercepting) the
+    forward proxy with a CA made for this replay. Returns the forward proxy
+    (intercepting only), the origins, the agent's environment and
+    (intercepting only) the proxy variables set in it."""
+    offline = isolated if settings.offline else None
+    intercepting = bool(info.intercept) if settings.intercept is None else settings.intercept
+    if not intercepting:
+        stack.push_async_callback(listeners.close)
+        origins = await bind_replay(listeners, info.origins, replayer, settings.ports, offline)
+        env, _ = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
+        return None, origins, env, None
+    interception = Interception()
+    stack.callback(interception.close)
+    stack.push_async_callback(listeners.close)
+    connect, origins = await bind_forward_proxy(listeners, interception, info, replayer,
+                                                settings, offline)
+    env, set_names = proxy_environment(os.environ, origins[0].port if origins else 0,
+                                       interception.bundle)
+    return connect, origins, env, {name: env[name] for name in set_names}
+
+
+async def _serve_replay(stack: contextlib.AsyncExitStack, session: _Replay,
+                        echo_stdout: BinaryIO | None, echo_stderr: BinaryIO | None) -> None:
+    """Run the agent while the proxy answers from the tape (serve only:
+    until the event is set or a strict stop). The child is entered into
+    ``stack``, and SIGINT/SIGTERM go to its group until serving ends."""
+    if session.command is None:
+        await session.stopping.event.wait()
+        return
+    # An original directory missing here is made inside the agent's
+    # namespace; start from its sandbox copy meanwhile.
+    cwd, sandbox = session.launch.cwd, session.sandbox
+    start_in = cwd if os.path.isdir(cwd) or sandbox is None else sandbox.map_path(cwd)
+    child = await Child.start(session.command, cwd=start_in, env=session.env,
+                              echo_stdout=echo_stdout, echo_stderr=echo_stderr)
+    await stack.enter_async_context(child)
+    session.stopping.child = child
+    stack.enter_context(forward_signals(child))
+    result = await child.wait()
+    session.exit_status, session.stdout, session.stderr = (result.exit_status, result.stdout,
+                                                           result.stderr)
+
+
+async def _judge_replay(session: _Replay) -> None:
+    """However serving ended: stop listening (the stack closes the
+    listeners again on its way out, which then does nothing) and let a
+    strict stop finish stopping the agent; then compute the outcome, store
+    it as the replay's end, and read the verdict back."""
+    await session.listeners.close()
+    dns = session.isolated.dns_queries() if session.isolated is not None else []
+    await session.stopping.settled()
+    run, info, settings, launch = session.run, session.info, session.settings, session.launch
+    exit_status, stdout, replayer = session.exit_status, session.stdout, session.replayer
+    since = info.started_at_ns / 1e9 if info.started_at_ns else None
+    outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout, since)
+    sandbox = session.sandbox
+    if sandbox is not None and exit_status is not None:
+        box = sandbox
+        outcome["files"] = files_facet(
+            run.outcome_changes(), box.changes(),
+            lambda _sid, _path, digest: run.content(digest),
+            lambda sid, path, _digest: box.content(sid, path), since=since)
+    outcome["isolation"] = isolation_facet(launch, settings, dns)
+    outcome["sandbox"] = {"same": None, "paths": launch.mode,
+                          "notes": launch.notes + run.replay_log_notes(),
+                          "kept": str(sandbox.root) if sandbox and settings.keep else None}
+    if session.connect is not None:
+        outcome["intercept"] = {"same": None, **session.connect.report.to_json()}
+    if replayer.stopped:
+        outcome["stopped"] = {"same": None, "reason": replayer.stopped}
+    run.finish_replay(replayer.replay_id, exit_status, stdout, session.stderr, outcome)
+    session.verdict = verdict_of(run, replayer.replay_id)

@@ -15,6 +15,7 @@ Knows nothing of run files or of what the handlers do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -151,11 +152,9 @@ class ConnectProxy:
             await conn.close()
             return
         self.report.intercepted[host] = self.report.intercepted.get(host, 0) + 1
-        reader, writer = conn.streams
-        inner = ClientConnection(reader, writer, max_body=self._max_body,
-                                 error_body=self._error_body, on_refused=self._on_refused)
-        conn.inner = inner
         authority = host if port == 443 else f"{host}:{port}"
+        inner = conn.tunnelled(authority, max_body=self._max_body, error_body=self._error_body,
+                               on_refused=self._on_refused)
         await serve_connection(inner, self._handler_for(self._hosts[host], authority,
                                                         self._next_id()))
 
@@ -172,9 +171,11 @@ class ConnectProxy:
             await conn.refuse_tunnel(502, "tunnel_failed", f"cannot reach {host}:{port}: {exc}")
             return
         conn.busy = True
-        trailing = await conn.accept_tunnel()
-        reader, writer = conn.streams
         try:
+            # the upstream socket is closed however this ends: the client
+            # may leave before the 200, or while bytes are copied
+            trailing = await conn.accept_tunnel()
+            reader, writer = conn.streams
             if trailing:
                 up_writer.write(trailing)
             up, down = await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
@@ -182,6 +183,8 @@ class ConnectProxy:
             tunnel.down += down
         finally:
             up_writer.close()
+            with contextlib.suppress(OSError, RuntimeError, TimeoutError):
+                await asyncio.wait_for(up_writer.wait_closed(), 1.0)
             self._changed()
 
 

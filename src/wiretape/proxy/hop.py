@@ -33,16 +33,23 @@ def connection_options(headers: Headers) -> set[bytes]:
     return names
 
 
-def upstream_request_headers(headers: Headers, host: bytes) -> Headers:
+def upstream_request_headers(headers: Headers, host: bytes,
+                             body_length: int | None = None) -> Headers:
     """Headers to send to the origin: hop-by-hop fields and Expect removed
-    (the proxy answers 100-continue itself), ``Host`` set to the origin's."""
+    (the proxy answers 100-continue itself), ``Host`` set to the origin's.
+    With ``body_length``, one ``Content-Length`` (the first, in its place)
+    says that length: the origin never gets a length the body does not have."""
     drop = HOP_BY_HOP | connection_options(headers) | {b"expect", b"proxy-authorization"}
-    out, saw_host = [], False
+    out, saw_host, saw_length = [], False, False
     for k, v in headers:
         lk = k.lower()
         if lk == b"host":
             out.append((k, host))
             saw_host = True
+        elif lk == b"content-length" and body_length is not None:
+            if not saw_length:
+                out.append((k, b"%d" % body_length))
+                saw_length = True
         elif lk not in drop:
             out.append((k, v))
     if not saw_host:

@@ -1,10 +1,12 @@
 """The listening side of the proxy: one client connection, driven by h11.
 
-Owns reading requests (with a body cap, 100-continue, and clear errors for
-HTTP/2 prior knowledge, CONNECT and WebSocket upgrades) and writing
-responses byte for byte: the head is serialised here (order and case as
-given), the body framed per ``hop.Framing``. h11 tracks the connection state
-so keep-alive works; its own output for responses is not used.
+Owns reading requests (with a body cap, 100-continue, timeouts, a cap on
+header fields, and clear errors for HTTP/2 prior knowledge, CONNECT,
+WebSocket upgrades and request-targets or framings it will not relay) and
+writing responses byte for byte: the head is serialised here (order and
+case as given), the body framed per ``hop.Framing``. h11 tracks the
+connection state so keep-alive works; its own output for responses is not
+used.
 
 Knows nothing of recording, replaying or origins.
 """
@@ -15,10 +17,14 @@ import asyncio
 import json
 import ssl
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import NoReturn
+from urllib.parse import urlsplit
 
 import h11
 
 from wiretape.model import DEFAULT_MAX_BODY, Headers, Request
+from wiretape.proxy.faults import internal_error, log, one_line
 from wiretape.proxy.hop import ClientHead, Framing, client_head
 
 _READ_SIZE = 65536
@@ -33,8 +39,69 @@ def _h2_goaway(debug: bytes) -> bytes:
     return len(payload).to_bytes(3, "big") + b"\x07\x00\x00\x00\x00\x00" + payload
 
 
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long and how much a client connection may take; the one place
+    these are set. Times in seconds.
+
+    ``head_timeout``: a request head must be complete this long after its
+    first byte (a new connection's first head: after the connection was
+    accepted); else 408. ``idle_timeout``: a keep-alive connection with no
+    request is closed after this long. ``body_timeout``: the longest pause
+    while a request body arrives (408), or while the client does not read
+    the response (the connection is dropped). ``max_headers`` header fields
+    and ``max_head_bytes`` bytes of head at most; more gets 431 (RFC 6585 §5).
+    """
+
+    head_timeout: float = 30.0
+    idle_timeout: float = 300.0
+    body_timeout: float = 300.0
+    max_headers: int = 1000
+    max_head_bytes: int = 256 * 1024
+
+
 class ProtocolRefused(Exception):
     """A request this proxy will not serve; the response was already sent."""
+
+
+class _ReadTimeout(Exception):
+    """No bytes from the client in time; ``what`` is idle, head or body."""
+
+    def __init__(self, what: str, seconds: float) -> None:
+        super().__init__(what)
+        self.what = what
+        self.seconds = seconds
+
+
+def origin_form(target: bytes, authority: str | None = None) -> bytes | str:
+    """``target`` as origin-form (``/path?query``, RFC 9112 §3.2.1), or why
+    it is refused.
+
+    Only origin-form names nothing but a path on the origin the connection
+    is for. With ``authority`` (the host of an intercepted tunnel, with its
+    port when not 443) absolute-form naming that authority is accepted too
+    (RFC 9112 §3.2.2) and turned into origin-form; any other authority,
+    userinfo, or form is refused.
+    """
+    if target.startswith(b"/"):
+        if b"#" in target:
+            return "a request-target carries no fragment (#)"
+        return target
+    if authority is not None and b"://" in target:
+        text = target.decode("latin-1")
+        try:
+            parts = urlsplit(text)
+            port = parts.port
+        except ValueError:
+            return "the absolute-form request-target is not a URL"
+        host = (parts.hostname or "").lower()
+        named = host if port in (None, 443) else f"{host}:{port}"
+        if (parts.scheme.lower() != "https" or "@" in parts.netloc or parts.fragment
+                or named != authority.lower()):
+            return f"the request-target names another origin than {authority}"
+        return (parts.path or "/").encode("latin-1") + (
+            b"?" + parts.query.encode("latin-1") if parts.query else b"")
+    return "the request-target must be a path starting with / (origin-form)"
 
 
 ErrorBody = Callable[[int, str, str], tuple[Headers, bytes]]
@@ -53,7 +120,15 @@ def plain_error(status: int, code: str, message: str) -> tuple[Headers, bytes]:
 
 
 class ClientConnection:
-    """One accepted connection from an agent."""
+    """One accepted connection from an agent.
+
+    ``authority``: this connection is the inside of an intercepted tunnel
+    to that host (absolute-form naming it is accepted). ``accept_connect``:
+    a forward proxy's connection (CONNECT, and absolute-form for the
+    handler to refuse). ``on_refused(status, code)`` counts requests refused
+    before any exchange began, ``on_fault(kind)`` connections ended by an
+    error; ``name`` says which connection in a logged line.
+    """
 
     def __init__(
         self,
@@ -64,22 +139,51 @@ class ClientConnection:
         error_body: ErrorBody = plain_error,
         on_refused: Callable[[int, str], None] | None = None,
         accept_connect: bool = False,
+        limits: ConnectionLimits | None = None,
+        on_fault: Callable[[str], None] | None = None,
+        authority: str | None = None,
+        name: str = "a connection",
     ) -> None:
         self._on_refused = on_refused
         self._accept_connect = accept_connect
         self._reader = reader
         self._writer = writer
-        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=256 * 1024)
+        self.limits = limits or ConnectionLimits()
+        self.on_fault = on_fault
+        self.name = name
+        self._authority = authority
+        self._h11 = h11.Connection(h11.SERVER,
+                                   max_incomplete_event_size=self.limits.max_head_bytes)
         self._max_body = max_body
         self._error_body = error_body
         self._head: ClientHead | None = None
         self._first_read = True
         self._request: h11.Request | None = None
+        self._loop = asyncio.get_running_loop()
+        #: when the head being read began: the connection's start for its
+        #: first request, else the first byte of the request (None: none yet)
+        self._head_since: float | None = self._loop.time()
+        #: whether any byte of the request being read has arrived
+        self._began = False
         self.closed = False
         #: True while a request is being answered; False between requests.
         self.busy = False
+        #: Set when the proxy is stopping: the answer under way is the last.
+        self.draining = False
         #: The connection served inside this one's tunnel (TLS interception).
         self.inner: ClientConnection | None = None
+
+    def fault(self, kind: str) -> None:
+        """Count a connection-level error."""
+        if self.on_fault is not None:
+            self.on_fault(kind)
+
+    def stop_after_answer(self) -> None:
+        """Answer the request under way (with ``Connection: close``), then
+        close; here and in the connection inside this one's tunnel."""
+        self.draining = True
+        if self.inner is not None:
+            self.inner.stop_after_answer()
 
     # -- reading -----------------------------------------------------------
 
@@ -96,31 +200,66 @@ class ClientConnection:
                 raise ProtocolRefused("HTTP/2 prior knowledge")
         return data
 
+    def _read_deadline(self) -> tuple[str, float]:
+        """What the next read waits for (idle, head, body) and for how long."""
+        if self._h11.their_state is h11.IDLE:
+            if self._head_since is None:
+                return "idle", self.limits.idle_timeout
+            left = self._head_since + self.limits.head_timeout - self._loop.time()
+            return "head", max(left, 0.0)
+        return "body", self.limits.body_timeout
+
     async def _next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         while True:
             event = self._h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            self._h11.receive_data(await self._receive())
+            what, seconds = self._read_deadline()
+            try:
+                async with asyncio.timeout(seconds):
+                    data = await self._receive()
+            except TimeoutError:
+                raise _ReadTimeout(what, seconds) from None
+            if data and self._h11.their_state is h11.IDLE:
+                self._began = True
+                if self._head_since is None:
+                    self._head_since = self._loop.time()
+            self._h11.receive_data(data)
 
     async def read_request(self) -> Request | None:
-        """The next complete request, or None when the client closed.
+        """The next complete request, or None when the client closed (or
+        stayed idle past the idle timeout).
 
-        Malformed requests get a 400, bodies over the cap a 413, CONNECT a
-        405 and WebSocket upgrades a 501; each then raises ProtocolRefused.
+        Refused, each with its answer sent and then ProtocolRefused raised:
+        malformed requests, request-targets that are not origin-form,
+        Transfer-Encoding with Content-Length (400); too many or too large
+        header fields (431); bodies over the cap (413); heads or bodies that
+        stall (408); CONNECT (405) and WebSocket upgrades (501).
         """
         try:
             event = await self._next_event()
         except h11.RemoteProtocolError as exc:
-            await self._refuse(400, "malformed_request", f"malformed HTTP/1.1 request: {exc}")
-            raise ProtocolRefused(str(exc)) from exc
+            await self._refuse_malformed(exc, head=True)
+        except _ReadTimeout as timeout:
+            if not self._began:  # not a byte of a request: an idle connection
+                self.fault("idle_timeout")
+                await self.close()
+                return None
+            await self._refuse_timeout(timeout)
         if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
             return None
         assert isinstance(event, h11.Request)
         self._request = event
+        self._head_since, self._began = None, False
         headers: Headers = tuple((bytes(k), bytes(v)) for k, v in event.headers.raw_items())
+        if len(headers) > self.limits.max_headers:
+            await self._refuse(431, "request_header_fields_too_large",
+                               f"the request has {len(headers)} header fields; wiretape takes "
+                               f"at most {self.limits.max_headers}")
+            raise ProtocolRefused("too many header fields")
+        target = bytes(event.target)
         if event.method == b"CONNECT" and self._accept_connect:
-            return Request(method=b"CONNECT", target=bytes(event.target), headers=headers,
+            return Request(method=b"CONNECT", target=target, headers=headers,
                            body=b"", http_version=bytes(event.http_version))
         if event.method == b"CONNECT":
             await self._refuse(
@@ -129,6 +268,20 @@ class ClientConnection:
                 "CONNECT is not supported here; point the agent's base URL at this address",
             )
             raise ProtocolRefused("CONNECT")
+        checked = origin_form(target, self._authority)
+        if isinstance(checked, str) and not (self._accept_connect and b"://" in target):
+            await self._refuse(400, "malformed_request",
+                               f"{checked}; got {target[:200].decode('latin-1')!r}")
+            raise ProtocolRefused("request-target")
+        if isinstance(checked, bytes):
+            target = checked
+        names = {k.lower() for k, _ in headers}
+        if b"transfer-encoding" in names and b"content-length" in names:
+            # RFC 9112 §6.3: may be rejected, and a proxy must never pass both on.
+            await self._refuse(400, "malformed_request",
+                               "the request has both Transfer-Encoding and Content-Length; "
+                               "send one of them")
+            raise ProtocolRefused("Transfer-Encoding with Content-Length")
         upgrade = [v.lower() for k, v in headers if k.lower() == b"upgrade"]
         if any(b"websocket" in v for v in upgrade):
             await self._refuse(501, "websocket_not_supported",
@@ -145,8 +298,9 @@ class ClientConnection:
             try:
                 part = await self._next_event()
             except h11.RemoteProtocolError as exc:
-                await self._refuse(400, "malformed_request", f"malformed request body: {exc}")
-                raise ProtocolRefused(str(exc)) from exc
+                await self._refuse_malformed(exc, head=False)
+            except _ReadTimeout as timeout:
+                await self._refuse_timeout(timeout)
             if isinstance(part, h11.Data):
                 body += part.data
                 if len(body) > self._max_body:
@@ -157,13 +311,34 @@ class ClientConnection:
                 return None
         return Request(
             method=bytes(event.method),
-            target=bytes(event.target),
+            target=target,
             headers=headers,
             body=bytes(body),
             http_version=bytes(event.http_version),
         )
 
-    async def _refuse_too_large(self) -> None:
+    async def _refuse_malformed(self, exc: h11.RemoteProtocolError, *, head: bool) -> NoReturn:
+        hint = exc.error_status_hint
+        if head and hint == 431:
+            await self._refuse(431, "request_header_fields_too_large",
+                               f"the request head is over wiretape's cap of "
+                               f"{self.limits.max_head_bytes} bytes")
+        elif head and hint == 501:
+            await self._refuse(501, "not_implemented", f"{exc} (RFC 9112 §6.1)")
+        else:
+            where = "request" if head else "request body"
+            await self._refuse(400, "malformed_request", f"malformed HTTP/1.1 {where}: {exc}")
+        raise ProtocolRefused(str(exc)) from exc
+
+    async def _refuse_timeout(self, timeout: _ReadTimeout) -> NoReturn:
+        self.fault(f"{timeout.what}_timeout")
+        what = "request head" if timeout.what == "head" else "request body"
+        pause = "within" if timeout.what == "head" else "after a pause of"
+        await self._refuse(408, "request_timeout",
+                           f"the {what} did not arrive {pause} {timeout.seconds:g} s")
+        raise ProtocolRefused(f"{timeout.what} timeout")
+
+    async def _refuse_too_large(self) -> NoReturn:
         await self._refuse(
             413, "request_too_large",
             f"request body is over wiretape's cap of {self._max_body} bytes "
@@ -175,10 +350,21 @@ class ClientConnection:
         if notify and self._on_refused is not None:
             self._on_refused(status, code)
         headers, body = self._error_body(status, code, "wiretape: " + message)
-        if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+        if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE) and not self.closed:
             await self.send_head(status, _REASONS.get(status, b""), headers, keep_alive=False)
             await self.send_data(body)
             await self.end()
+        await self.close()
+
+    async def fail(self, exc: BaseException) -> None:
+        """After a bug while answering: a 500 when no answer was begun, then
+        close. Never raises."""
+        try:
+            if self._head is None:
+                await self._refuse(500, "internal_error",
+                                   f"internal error: {one_line(exc)}", notify=False)
+        except Exception:  # the client may be gone as well; closing is all that is left
+            pass
         await self.close()
 
     # -- tunnels (CONNECT, RFC 9110 §9.3.6) -------------------------------
@@ -186,7 +372,8 @@ class ClientConnection:
     async def accept_tunnel(self) -> bytes:
         """Answer a CONNECT with 200: from here the connection carries the
         client's own bytes. Returns bytes the client already sent past the
-        request head (usually none: clients wait for the answer)."""
+        request head (usually none: clients wait for the answer). Raises
+        ClientGone."""
         self._h11.send(h11.Response(status_code=200, headers=[]))
         self._writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         await self._drain()
@@ -201,6 +388,18 @@ class ClientConnection:
         """Upgrade this (tunnelled) connection to TLS as the server side.
         Raises ssl.SSLError or ConnectionError when the handshake fails."""
         await self._writer.start_tls(context)
+
+    def tunnelled(self, authority: str, *, max_body: int, error_body: ErrorBody,
+                  on_refused: Callable[[int, str], None] | None) -> ClientConnection:
+        """The connection inside this one's intercepted tunnel to
+        ``authority``: same limits and fault counter, its own requests."""
+        inner = ClientConnection(self._reader, self._writer, max_body=max_body,
+                                 error_body=error_body, on_refused=on_refused,
+                                 limits=self.limits, on_fault=self.on_fault,
+                                 authority=authority, name=f"{self.name} (tunnel to {authority})")
+        inner.draining = self.draining
+        self.inner = inner
+        return inner
 
     @property
     def streams(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -220,7 +419,7 @@ class ClientConnection:
         old_client = self._request is not None and self._request.http_version == b"1.0"
         head = client_head(
             status, reason, headers, method=bytes(method),
-            keep_alive=keep_alive and not wants_close and not old_client,
+            keep_alive=keep_alive and not wants_close and not old_client and not self.draining,
         )
         self._head = head
         try:
@@ -265,12 +464,15 @@ class ClientConnection:
 
     def next_cycle(self) -> bool:
         """Prepare for the next request on this connection; False if it must close."""
-        if self.closed:
+        if self.closed or self.draining:
             return False
         if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
             self._h11.start_next_cycle()
             self._head = None
             self._request = None
+            # a pipelined request already begun is timed from now
+            self._began = bool(self._h11.trailing_data[0])
+            self._head_since = self._loop.time() if self._began else None
             return True
         return False
 
@@ -284,7 +486,13 @@ class ClientConnection:
 
     async def _drain(self) -> None:
         try:
-            await self._writer.drain()
+            async with asyncio.timeout(self.limits.body_timeout):
+                await self._writer.drain()
+        except TimeoutError as exc:
+            self.closed = True
+            self._writer.transport.abort()
+            raise ClientGone(f"the client read nothing for {self.limits.body_timeout:g} s"
+                             ) from exc
         except (ConnectionError, RuntimeError) as exc:
             self.closed = True
             raise ClientGone(str(exc)) from exc
@@ -317,8 +525,9 @@ class ClientGone(Exception):
 
 
 _REASONS = {400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed",
-            413: b"Content Too Large", 501: b"Not Implemented", 502: b"Bad Gateway",
-            504: b"Gateway Timeout"}
+            408: b"Request Timeout", 413: b"Content Too Large",
+            431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
+            501: b"Not Implemented", 502: b"Bad Gateway", 504: b"Gateway Timeout"}
 
 
 Handler = Callable[[ClientConnection, Request], Awaitable[None]]
@@ -328,7 +537,12 @@ async def serve_connection(conn: ClientConnection, handler: Handler,
                            connect: Handler | None = None) -> None:
     """Read requests from ``conn`` and hand each to ``handler`` until the
     connection ends. A CONNECT (when the connection accepts them) goes to
-    ``connect``, which owns the connection from then on."""
+    ``connect``, which owns the connection from then on.
+
+    Never raises (but CancelledError): a connection that breaks is counted
+    (``conn.fault``); a bug is one logged line, and a 500 when no answer
+    was begun.
+    """
     try:
         while True:
             try:
@@ -343,14 +557,20 @@ async def serve_connection(conn: ClientConnection, handler: Handler,
             conn.busy = True
             try:
                 await handler(conn, request)
-            except ClientGone:
-                return
             finally:
                 conn.busy = False
             if not conn.next_cycle():
                 return
-    except (ConnectionError, asyncio.IncompleteReadError, ClientGone):
-        # ClientGone here: the client left while a refusal was being written.
-        return
+    except ClientGone:
+        conn.fault("client_gone")
+    except ssl.SSLError as exc:
+        conn.fault("tls_error")
+        log.warning("wiretape: TLS error on %s: %s", conn.name, one_line(exc))
+    except (OSError, asyncio.IncompleteReadError):
+        conn.fault("connection_error")
+    except Exception as exc:
+        conn.fault("internal_error")
+        internal_error(conn.name, exc)
+        await conn.fail(exc)
     finally:
         await conn.close()

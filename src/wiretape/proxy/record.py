@@ -55,10 +55,11 @@ class Recorder:
         await self._client.aclose()
 
     def handler(self, origin: str, upstream_url: str, connection_id: int) -> Handler:
-        root, host, _ = parse_upstream(upstream_url)
+        root, host, base = parse_upstream(upstream_url)
+        shown = root + base  # named in error answers: without any userinfo
 
         async def handle(conn: ClientConnection, request: Request) -> None:
-            await self._forward(conn, request, origin, upstream_url, root, host, connection_id)
+            await self._forward(conn, request, origin, shown, root, host, connection_id)
 
         return handle
 
@@ -73,7 +74,7 @@ class Recorder:
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:
             outgoing = upstream.build_request(root, host, request, self._options.resolve)
-            origin_resp = await self._client.send(outgoing, stream=True)
+            origin_resp = await self._client.send(outgoing)
         except (httpx.TimeoutException, httpx.TransportError, httpx.InvalidURL) as exc:
             ending = (
                 Ending.TIMEOUT
@@ -81,7 +82,12 @@ class Recorder:
                 else Ending.ORIGIN_UNREACHABLE
             )
             error = f"{type(exc).__name__}: {exc}"
-            status, reason, headers, body = unreachable_response(request.path, upstream_url, error)
+            status, reason, headers, body = unreachable_response(
+                request.path, upstream_url, error, timeout=ending is Ending.TIMEOUT)
+            # Stored as the response the agent got, so a replay serves these
+            # very bytes (the origin sent none: no time to first byte).
+            response = Response(status, reason, headers,
+                                (Frame(time.monotonic_ns() - t0, body),))
             try:
                 await conn.send_head(status, reason, headers)
                 await conn.send_data(body)

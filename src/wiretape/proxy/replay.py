@@ -17,8 +17,10 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from wiretape.errors import WiretapeError
 from wiretape.matching import explain
 from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail
+from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Candidate, Decision, Kind, Policy, decide
 from wiretape.playback.pacing import Pace, schedule
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
@@ -156,25 +158,45 @@ class Replayer:
     async def _serve(self, conn: ClientConnection, exchange: Exchange) -> None:
         response = exchange.response
         if response is None:
+            # A run without the stored answer (older, imported): make it
+            # again, naming the origin's upstream as the recording did.
             status, reason, headers, body = unreachable_response(
-                exchange.request.path, exchange.origin, exchange.error or exchange.ending.value)
+                exchange.request.path, self._upstream_of(exchange.origin),
+                exchange.error or exchange.ending.value, timeout=exchange.ending is Ending.TIMEOUT)
             await conn.send_head(status, reason, headers)
             await conn.send_data(body)
             await conn.end()
             return
+        # The origin never answered: the stored response is the 502 or 504
+        # wiretape gave the agent, complete, its head sent with its body.
+        own = exchange.ttfb_ns is None and exchange.ending in (Ending.ORIGIN_UNREACHABLE,
+                                                               Ending.TIMEOUT)
+        ttfb = response.frames[0].offset_ns if own and response.frames else exchange.ttfb_ns
         loop = asyncio.get_running_loop()
         start = loop.time()
-        head_at, frame_at = schedule(
-            exchange.ttfb_ns, [f.offset_ns for f in response.frames], self._pace)
+        head_at, frame_at = schedule(ttfb, [f.offset_ns for f in response.frames], self._pace)
         await _sleep_until(loop, start + head_at / 1e9)
         await conn.send_head(response.status, response.reason, response.headers)
         for frame, at in zip(response.frames, frame_at, strict=True):
             await _sleep_until(loop, start + at / 1e9)
             await conn.send_data(frame.data)
-        if exchange.ending is Ending.COMPLETE:
+        if exchange.ending is Ending.COMPLETE or own:
             await conn.end()
         else:
             await conn.abort()
+
+    def _upstream_of(self, origin: str) -> str:
+        """The upstream URL recorded for ``origin`` (its name when unknown),
+        as the recorder names it: without userinfo."""
+        try:
+            upstream = next((o.upstream for o in self._run.info().origins if o.name == origin),
+                            None)
+            if upstream is not None:
+                root, _, base = parse_upstream(upstream)
+                return root + base
+        except (WiretapeError, ValueError):
+            pass
+        return origin
 
 
 async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:

@@ -1,5 +1,6 @@
 """Listening sockets: one loopback port per origin, each connection served
-as its own named task. Knows nothing of what the handler does."""
+as its own named task, and the loop's error handler while they listen
+(``faults.LoopGuard``). Knows nothing of what the handler does."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from collections.abc import Callable
 
 from wiretape.errors import PortInUse
 from wiretape.model import DEFAULT_MAX_BODY
-from wiretape.proxy.http1 import ClientConnection, ErrorBody, Handler, plain_error, serve_connection
+from wiretape.proxy.faults import Faults, LoopGuard
+from wiretape.proxy.http1 import (
+    ClientConnection,
+    ConnectionLimits,
+    ErrorBody,
+    Handler,
+    plain_error,
+    serve_connection,
+)
 
 LOOPBACK = "127.0.0.1"
 
@@ -20,13 +29,18 @@ LOOPBACK = "127.0.0.1"
 class Listeners:
     """A set of listening ports and the connection tasks they spawned."""
 
-    def __init__(self, *, max_body: int = DEFAULT_MAX_BODY) -> None:
+    def __init__(self, *, max_body: int = DEFAULT_MAX_BODY,
+                 limits: ConnectionLimits | None = None) -> None:
         self._servers: list[asyncio.Server] = []
         self._tasks: dict[asyncio.Task[None], ClientConnection] = {}
         self._ids = itertools.count(1)
         self.max_body = max_body
+        self.limits = limits or ConnectionLimits()
         #: requests refused before any exchange began: (status, code)
         self.refused: list[tuple[int, str]] = []
+        #: connections ended by an error, by kind (faults.Faults)
+        self.faults = Faults()
+        self._guard = LoopGuard(self.faults, self._owns)
 
     def next_connection_id(self) -> int:
         return next(self._ids)
@@ -55,7 +69,8 @@ class Listeners:
             conn_id = self.next_connection_id()
             conn = ClientConnection(reader, writer, max_body=self.max_body, error_body=error_body,
                                     on_refused=self.note_refused,
-                                    accept_connect=connect is not None)
+                                    accept_connect=connect is not None, limits=self.limits,
+                                    on_fault=self.faults.note, name=f"connection {conn_id}")
             task = asyncio.current_task()
             if task is not None:
                 task.set_name(f"wiretape-conn-{conn_id}")
@@ -71,6 +86,7 @@ class Listeners:
                 if task is not None:
                     self._tasks.pop(task, None)
 
+        self._guard.install(asyncio.get_running_loop())
         try:
             if sock is not None:
                 server = await asyncio.start_server(on_connect, sock=sock)
@@ -83,12 +99,29 @@ class Listeners:
         self._servers.append(server)
         return int(server.sockets[0].getsockname()[1])
 
+    def _owns(self, thing: object) -> bool:
+        """Whether ``thing`` (a socket, transport or protocol the loop
+        reports about) is one of these listeners' or their connections'."""
+        fileno = getattr(thing, "fileno", None)
+        if fileno is not None and not isinstance(thing, asyncio.BaseTransport):
+            with contextlib.suppress(OSError, ValueError):
+                number = fileno()
+                return any(s.fileno() == number for server in self._servers
+                           for s in server.sockets)
+        for conn in self._tasks.values():
+            writer = conn.streams[1]
+            if thing is writer.transport or thing is getattr(writer, "_protocol", None):
+                return True
+        return False
+
     async def close(self, grace: float = 2.0) -> None:
         """Stop listening; hang up idle keep-alive connections at once, give
-        those answering a request ``grace`` seconds, then cancel."""
+        those answering a request ``grace`` seconds (each closes once its
+        answer is done), then cancel."""
         for server in self._servers:
             server.close()
         for conn in list(self._tasks.values()):
+            conn.stop_after_answer()
             if conn.idle:
                 conn.hang_up()
         if self._tasks:
@@ -100,3 +133,4 @@ class Listeners:
         for server in self._servers:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 1.0)
+        self._guard.remove()

@@ -58,10 +58,17 @@ def error_response(path: bytes, status: int, code: str, message: str) -> tuple[H
     return headers, body
 
 
-def unreachable_response(path: bytes, upstream_url: str,
-                         reason: str) -> tuple[int, bytes, Headers, bytes]:
-    """The 502 the agent gets when the origin cannot be reached; a replay
-    regenerates it from the stored facts so the agent sees the same."""
+def unreachable_response(path: bytes, upstream_url: str, reason: str, *,
+                         timeout: bool = False) -> tuple[int, bytes, Headers, bytes]:
+    """The 502 the agent gets when the origin cannot be reached, or the 504
+    when it did not answer in time (``timeout``). The recording stores it
+    as the exchange's response, and a replay serves those bytes; runs
+    without one (older, imported) get it made again from the stored facts."""
+    if timeout:
+        headers, body = error_response(
+            path, 504, "origin_timeout",
+            f"wiretape: origin {upstream_url} did not answer in time: {reason}")
+        return 504, b"Gateway Timeout", headers, body
     headers, body = error_response(
         path, 502, "origin_unreachable", f"wiretape: origin {upstream_url} unreachable: {reason}"
     )
