@@ -85,13 +85,32 @@ def test_a_replay_that_served_nobody_and_ran_nothing_is_not_stored(run_path: Pat
     reported, and nothing is written anywhere."""
     with open_run(run_path, replay_logs=tmp_path / "logs") as run:
         run.prepare_for_writes()
-        run.start_replay("rpl_000000000001", "strict", SETTINGS)  # type: ignore[arg-type]
+        run.start_replay("rpl_000000000001", "strict", SETTINGS,  # type: ignore[arg-type]
+                         serve_only=True)
         run.finish_replay("rpl_000000000001", None, b"", b"", {})
         verdict = verdict_of(run, "rpl_000000000001")
         assert verdict is not None and verdict.reused == 0
     assert not (tmp_path / "logs").exists()
     with open_run(run_path, replay_logs=tmp_path / "logs") as run:
         assert run.replays() == [] and verdict_of(run) is None
+
+
+def test_a_replay_with_a_command_is_written_as_it_starts(run_path: Path, tmp_path: Path) -> None:
+    """Killed before its first request, it still shows as a replay that did
+    not finish (and a serving one, once it answered a request)."""
+    with open_run(run_path, replay_logs=tmp_path / "logs") as run:
+        run.prepare_for_writes()
+        run.start_replay("rpl_000000000001", "strict", SETTINGS)  # type: ignore[arg-type]
+        run.start_replay("rpl_000000000002", "strict", SETTINGS,  # type: ignore[arg-type]
+                         serve_only=True)
+        run.add_replay_request("rpl_000000000002", 0, "exact", 0, True, b"POST", b"/v1/x",
+                               DETAIL)  # type: ignore[arg-type]
+    with open_run(run_path, replay_logs=tmp_path / "logs") as run:  # as after a SIGKILL
+        first, second = run.replays()
+        assert (first["id"], first["ended_at_ns"]) == ("rpl_000000000001", None)
+        assert (second["id"], second["ended_at_ns"]) == ("rpl_000000000002", None)
+        verdict = verdict_of(run, "rpl_000000000001")
+        assert verdict is not None and not verdict.complete and not verdict.passed
 
 
 def test_a_copy_shares_the_replays_and_other_bytes_do_not(run_path: Path,

@@ -358,7 +358,8 @@ class _Replay:
     verdict: Verdict | None = None
 
     def start(self) -> None:
-        """Begin the replay in the run file, with how it is served."""
+        """Begin the replay in the run's replay log, with how it is served
+        (serving only: once it has answered a request)."""
         settings = self.settings
         self.run.start_replay(self.replayer.replay_id, settings.mode.value, {
             "pace": settings.pace.value, "argv": self.argv, "cwd": self.launch.cwd,
@@ -367,7 +368,7 @@ class _Replay:
                               for s in self.policy.substitutions],
             "sandbox": str(self.sandbox.root) if self.sandbox else None,
             "paths": self.launch.mode, "ports": {o.name: o.port for o in self.origins},
-        })
+        }, serve_only=self.command is None)
 
 
 async def _prepare_replay(

@@ -11,10 +11,10 @@ only, or someone else's. Its log goes to the user's folder of replay logs
 under the same run id never do. The folder gets a ``.gitignore`` of its
 own, so a store kept inside a git working tree stays clean.
 
-A replay is written when its first request is decided, or when it ends
-with an agent that ran: a ``serve --replay`` stopped before any client
-came stores nothing. Old run files kept their replays inside; those are
-read (never written) when the store has none for the run.
+A replay is written when it starts; one with no command of its own
+(``serve --replay``) only with its first decided request, so one stopped
+before any client came stores nothing. Old run files kept their replays
+inside; those are read (never written) when the log has none for the run.
 """
 
 from __future__ import annotations
@@ -229,10 +229,11 @@ class ReplayLog:
 
     # -- writing -----------------------------------------------------------
 
-    def start(self, replay_id: str, mode: str, settings: ReplaySettingsJSON,
-              source: Path) -> None:
-        """Note a replay's start; it reaches the file with its first request
-        (or its end, when an agent ran)."""
+    def start(self, replay_id: str, mode: str, settings: ReplaySettingsJSON, source: Path, *,
+              lazy: bool = False) -> None:
+        """Write a replay's start (so a replay killed early still shows as
+        one that did not finish); ``lazy``: only with its first request, so
+        a replay that answered nobody and ran no agent is never stored."""
         with self._lock:
             self._pending[replay_id] = _Pending({
                 "id": replay_id, "started_at_ns": time.time_ns(), "ended_at_ns": None,
@@ -240,6 +241,10 @@ class ReplayLog:
                 "settings": settings, "exit_status": None, "outcome": None,
             })
             self._sources[replay_id] = str(source.absolute())
+            if not lazy:
+                db = self._writer()
+                with transaction(db):
+                    self._flush_start(db, replay_id)
 
     def _flush_start(self, db: sqlite3.Connection, replay_id: str) -> None:
         pending = self._pending.pop(replay_id, None)
@@ -268,8 +273,8 @@ class ReplayLog:
 
     def finish(self, replay_id: str, exit_status: int | None, stdout: bytes, stderr: bytes,
                outcome: Outcome) -> None:
-        """Write the replay's end. A replay that served nobody and ran no
-        agent stays in memory: it is reported, never stored."""
+        """Write the replay's end. A lazy replay that answered nobody and
+        ran no agent stays in memory: it is reported, never stored."""
         with self._lock:
             pending = self._pending.get(replay_id)
             if pending is not None and exit_status is None:

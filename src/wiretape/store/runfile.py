@@ -195,7 +195,7 @@ class RunFile:
         except (OSError, sqlite3.Error) as exc:
             raise RunFileError(path, getattr(exc, "strerror", None) or str(exc)) from exc
         finally:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 partial.unlink()
         return cls(path, db, writable=True)
 
@@ -663,10 +663,18 @@ class RunFile:
             self._log = ReplayLog(replay_log_path(run_id, content, self._replay_logs), content)
         return self._log
 
-    def start_replay(self, replay_id: str, mode: str, settings: ReplaySettingsJSON) -> None:
-        """Note a replay's start in the replay log (not in the run)."""
+    def start_replay(self, replay_id: str, mode: str, settings: ReplaySettingsJSON, *,
+                     serve_only: bool = False) -> None:
+        """Write a replay's start to the replay log (not to the run).
+        ``serve_only`` (no command of its own: ``serve --replay``,
+        ``replaying()``): written with its first decided request, so one
+        that answered nobody is never stored."""
         with self._lock:
-            self._replay_log().start(replay_id, mode, settings, self.path)
+            log = self._replay_log()
+        try:
+            log.start(replay_id, mode, settings, self.path, lazy=serve_only)
+        except LogError as exc:
+            raise RunFileError(self.path, str(exc)) from exc
 
     def add_replay_request(
         self,
