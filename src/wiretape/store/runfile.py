@@ -236,9 +236,10 @@ class RunFile:
     def prepare_for_writes(self) -> None:
         """Open this run's replay log for writing (a replay is about to
         start). The run file itself is never written by a replay: the log
-        lives in the local store (``store.replaylog``). When the store cannot
-        be written, the log is kept in memory for this process only
-        (:meth:`replay_log_notes` says so)."""
+        lives in the folder of replay logs (``store.replaylog``). When that
+        cannot be written (or holds a log wiretape did not write), the log
+        is kept in memory for this process only (:meth:`replay_log_notes`
+        says so)."""
         with self._lock:
             log = self._replay_log()
             try:
