@@ -158,6 +158,8 @@ async def record_async(
     intercept: bool | Sequence[str] = False,
     upstream_ca: str | os.PathLike[str] | None = None,
     resolve: Mapping[str, str] | None = None,
+    snapshot_include: Sequence[str] = (),
+    snapshot_binary: bool = False,
 ) -> Run:
     """Run ``argv`` with its provider base URLs pointed at a recording proxy
     and return the :class:`Run`.
@@ -178,11 +180,16 @@ async def record_async(
     this run, for clients whose origin is compiled in; ``upstream_ca``: a PEM
     file of CAs trusted for the real origins besides the usual roots;
     ``resolve``: ``{HOST: "IP:PORT"}`` addresses to reach hosts at.
+    A snapshot leaves out secrets files (``.env*``, keys, credentials),
+    ``.git``, run files and binary files; ``snapshot_include``: patterns
+    (names or relative paths) to take anyway; ``snapshot_binary``: take
+    binary files.
 
     Raises CommandNotFound, PortInUse, InvalidUpstream, RunFileError (``out``
     exists or cannot be written), UsageError.
     """
     from wiretape.launch.record import record as launch_record
+    from wiretape.snapshot.tree import SnapshotPolicy
 
     if isinstance(argv, str) or not argv:
         raise UsageError("argv must be a non-empty list of strings, e.g. ['python', 'agent.py']")
@@ -193,6 +200,7 @@ async def record_async(
         max_body=max_body, cwd=os.fspath(cwd) if cwd is not None else None,
         snapshots=None if snapshots is None else [Path(p) for p in snapshots],
         echo_stdout=kept_out, echo_stderr=kept_err,
+        snapshot_policy=SnapshotPolicy(include=tuple(snapshot_include), binary=snapshot_binary),
         **_intercept_arguments(intercept, upstream_ca, resolve))
     return Run(run_id=result.run_id, path=result.path, exchanges=result.exchanges,
                body_bytes=result.body_bytes, duration_s=result.duration_s,
@@ -216,13 +224,16 @@ def record(
     intercept: bool | Sequence[str] = False,
     upstream_ca: str | os.PathLike[str] | None = None,
     resolve: Mapping[str, str] | None = None,
+    snapshot_include: Sequence[str] = (),
+    snapshot_binary: bool = False,
 ) -> Run:
     """:func:`record_async` for code without a running event loop (it raises
     UsageError inside one). Same arguments, result and errors."""
     return _run_sync("record", record_async(
         argv, out=out, upstreams=upstreams, port=port, ports=ports, cwd=cwd, snapshots=snapshots,
         max_body=max_body, stdout=stdout, stderr=stderr, intercept=intercept,
-        upstream_ca=upstream_ca, resolve=resolve))
+        upstream_ca=upstream_ca, resolve=resolve, snapshot_include=snapshot_include,
+        snapshot_binary=snapshot_binary))
 
 
 def _intercept_arguments(

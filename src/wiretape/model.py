@@ -207,6 +207,25 @@ class ConnectReportJSON(TypedDict):
     refused: dict[str, int]
 
 
+class SnapshotPolicyJSON(TypedDict):
+    """What the snapshots of a run took (snapshot.tree.Policy): patterns
+    taken anyway, binary files taken, and whether anything was left out
+    (False: a run recorded before there were policies)."""
+
+    include: list[str]
+    binary: bool
+    guarded: bool
+
+
+class ScrubJSON(TypedDict):
+    """One ``wiretape scrub`` of a run: when, the rules' labels, and how
+    many replacements it made in each place."""
+
+    at_ns: int
+    rules: list[str]
+    counts: dict[str, int]
+
+
 class RunMeta(TypedDict, total=False):
     """The ``meta`` table of a run file, key to JSON value (RunInfo is read
     out of it). Written in parts: at the start, as the run goes, at its end."""
@@ -225,6 +244,10 @@ class RunMeta(TypedDict, total=False):
     stderr: str  # latin-1
     intercept: list[str]
     connect: ConnectReportJSON
+    snapshot_policy: SnapshotPolicyJSON
+    #: per snapshot id (as text): the paths left out, as ``[path, reason]``
+    left_out: dict[str, list[list[str]]]
+    scrubbed: list[ScrubJSON]
 
 
 # --- replays -------------------------------------------------------------------------------------

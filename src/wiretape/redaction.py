@@ -1,26 +1,32 @@
 """Redaction on the way in: secrets are removed before a byte is written.
 
-Owns which header values, query parameters and body shapes are secrets, and
-what replaces them. The same function is applied to live requests during a
-replay before they are compared, so redaction never turns an exact match
-into a divergence. Knows nothing of storage.
+Owns which header values, query parameters and text shapes are secrets,
+and what replaces them: the rules (:class:`Rules`), applied the same way to
+every place a run stores text: requests and responses (bodies in their
+decoded form, see :mod:`wiretape.codings`), the command line, the names
+of the agent's variables, its output, the files of a snapshot and what the
+agent changed in them. The same functions are applied to live requests
+and to a replay's own output before they are compared, so redaction never
+turns an exact match into a divergence. Knows nothing of storage.
 
 Pure (values in, values out), so every part that meets a request can use
 it: the recorder and the replayer, the header comparison of a divergence
-report, and imports of other tools' recordings.
+report, imports of other tools' recordings, ``scrub`` and ``scan``.
 
-Replacements keep a body's length (a Content-Length stays true, and frame
-boundaries stay where they were); header and query values become a fixed
-marker so a replay with another key still matches.
+Replacements keep the text's length (a Content-Length stays true, frame
+boundaries and line positions stay where they were); header and query
+values become a fixed marker so a replay with another key still matches.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from wiretape.model import Headers, Redaction, Request, Response
+from wiretape import codings
+from wiretape.model import Exchange, Frame, Headers, Redaction, Request, Response, header_values
 
 REDACTED = b"<redacted>"
 
@@ -40,7 +46,7 @@ SECRET_HEADERS: frozenset[bytes] = frozenset(
 #: Query parameters whose values are secrets (Gemini accepts ``?key=``).
 SECRET_QUERY_PARAMS: frozenset[bytes] = frozenset({b"key", b"api_key"})
 
-#: Known API key shapes, looked for inside bodies: (label, pattern).
+#: Known secret shapes, looked for in every text: (label, pattern).
 KEY_SHAPES: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ("anthropic-key", re.compile(rb"(?<![A-Za-z0-9_])sk-ant-[A-Za-z0-9_\-]{20,}")),
     (
@@ -49,11 +55,19 @@ KEY_SHAPES: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ),
     ("google-key", re.compile(rb"(?<![A-Za-z0-9_])AIza[0-9A-Za-z_\-]{35}")),
     ("github-token", re.compile(rb"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,}")),
+    ("github-token", re.compile(rb"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{40,}")),
     ("slack-token", re.compile(rb"(?<![A-Za-z0-9_])xox[abprs]-[A-Za-z0-9\-]{10,}")),
     ("aws-access-key", re.compile(rb"(?<![A-Za-z0-9_])AKIA[0-9A-Z]{16}")),
     ("groq-key", re.compile(rb"(?<![A-Za-z0-9_])gsk_[A-Za-z0-9]{20,}")),
     ("huggingface-token", re.compile(rb"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}")),
+    ("stripe-key", re.compile(rb"(?<![A-Za-z0-9_])[rs]k_live_[A-Za-z0-9]{20,}")),
+    ("private-key", re.compile(rb"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----"
+                               rb"[A-Za-z0-9+/=\s:,\-]{16,}?"
+                               rb"-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----")),
 )
+
+#: A replacement as written by :func:`_mask` (looked for when learning).
+_MASK = re.compile(rb"<redacted\**>|\*{4,}")
 
 
 def fingerprint(secret: bytes) -> str:
@@ -62,92 +76,398 @@ def fingerprint(secret: bytes) -> str:
 
 
 def _mask(n: int) -> bytes:
-    """A same-length stand-in for an n-byte secret found in a body."""
+    """A same-length stand-in for an n-byte secret found in a text."""
     if n >= 10:
         return b"<redacted" + b"*" * (n - 10) + b">"
     return b"*" * n
 
 
+# -- the rules ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What counts as a secret in a text: the known key shapes, plus
+    ``literals`` (exact values, each with the label of the rule that found
+    it: a variable's name, ``--match``) and ``patterns`` (more shapes, as
+    ``scrub --rules`` gives them). Header and query rules always apply."""
+
+    shapes: tuple[tuple[str, re.Pattern[bytes]], ...] = KEY_SHAPES
+    literals: tuple[tuple[str, bytes], ...] = ()
+    patterns: tuple[tuple[str, re.Pattern[bytes]], ...] = ()
+    _literal_re: re.Pattern[bytes] | None = field(init=False, compare=False, repr=False)
+    _labels: dict[bytes, str] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        wanted = {v: label for label, v in self.literals if v and not _is_mask(v)}
+        alternatives = b"|".join(re.escape(v) for v in sorted(wanted, key=len, reverse=True))
+        object.__setattr__(self, "_labels", wanted)
+        object.__setattr__(self, "_literal_re", re.compile(alternatives) if wanted else None)
+
+    def label(self, secret: bytes) -> str:
+        """The label of a literal secret (``literal`` when unknown)."""
+        return self._labels.get(secret, "literal")
+
+    def with_literals(self, more: Iterable[tuple[str, bytes]]) -> Rules:
+        known = {v for _, v in self.literals}
+        added = tuple((label, v) for label, v in more if v and v not in known)
+        return self if not added else replace(self, literals=self.literals + added)
+
+    def with_patterns(self, more: Iterable[tuple[str, re.Pattern[bytes]]]) -> Rules:
+        return replace(self, patterns=self.patterns + tuple(more))
+
+    def all_shapes(self) -> Iterable[tuple[str, re.Pattern[bytes]]]:
+        yield from self.shapes
+        yield from self.patterns
+        if self._literal_re is not None:
+            yield "", self._literal_re
+
+
+#: The rules of every run: the known key shapes.
+STANDARD = Rules()
+
+
+def _is_mask(value: bytes) -> bool:
+    return _MASK.fullmatch(value) is not None or set(value) <= set(b"*")
+
+
+#: Variable names that hold secrets: a part of the name (between ``_``,
+#: ``-`` or ``.``) is one of these words.
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|[_.\-])(?:api[_\-]?key|apikey|key|token|secret|password|passwd|credentials?"
+    r"|auth|private[_\-]?key|access[_\-]?key)(?:$|[_.\-])")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable called ``name`` holds a secret (``OPENAI_API_KEY``,
+    ``GITHUB_TOKEN``, ``DB_PASSWORD``)."""
+    return _SECRET_NAME.search(name) is not None
+
+
+def plausible_secret(value: str) -> bool:
+    """Whether ``value`` looks like a secret rather than a setting: at least
+    8 characters, no spaces, not a path or plain URL, and letters with
+    digits (or at least 20 characters)."""
+    if len(value) < 8 or any(c.isspace() for c in value):
+        return False
+    if value.startswith(("/", "~", "./", "../")) or ("://" in value and "@" not in value):
+        return False
+    letters = any(c.isalpha() for c in value)
+    digits = any(c.isdigit() for c in value)
+    return (letters and digits) or len(value) >= 20
+
+
+def secret_values(env: Mapping[str, str]) -> list[tuple[str, bytes]]:
+    """The values of ``env``'s secret-named variables that look like
+    secrets, each labelled ``env:NAME``."""
+    return [(f"env:{name}", value.encode("utf-8", "surrogateescape"))
+            for name, value in sorted(env.items())
+            if is_secret_name(name) and plausible_secret(value)]
+
+
+_DOTENV_LINE = re.compile(r"^\s*(?:export\s+)?([^=#\s][^=]*?)\s*=\s*(.*?)\s*$")
+
+
+def dotenv_values(text: bytes, label: str) -> list[tuple[str, bytes]]:
+    """The values set (``NAME=VALUE``) in a ``.env``-style file, or another
+    secrets file (``.npmrc``, ``.pypirc``), that look like secrets: every
+    variable of such a file counts, whatever its name. Labelled
+    ``LABEL:NAME``."""
+    out = []
+    for line in text.decode("utf-8", "replace").splitlines():
+        m = _DOTENV_LINE.match(line)
+        if m is None or line.lstrip().startswith("#"):
+            continue
+        name, value = m.group(1), m.group(2)
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        if plausible_secret(value):
+            out.append((f"{label}:{name}", value.encode("utf-8")))
+    return out
+
+
+def literal_rules(literals: Iterable[tuple[str, bytes]]) -> Rules:
+    """The standard rules plus ``literals``."""
+    return STANDARD.with_literals(literals)
+
+
+# -- facts -------------------------------------------------------------------------------------
+
+
 @dataclass
-class _Facts:
-    items: list[Redaction]
+class Facts:
+    """Redactions as they are found (``location``, the rule's label, the
+    secret's fingerprint)."""
+
+    items: list[Redaction] = field(default_factory=list)
 
     def add(self, location: str, name: str, secret: bytes) -> None:
         self.items.append(Redaction(location, name, fingerprint(secret)))
 
 
-def _redact_headers(headers: Headers, location: str, facts: _Facts) -> Headers:
+
+def redact_text(data: bytes, location: str, rules: Rules = STANDARD,
+                facts: Facts | None = None) -> tuple[bytes, list[Redaction]]:
+    """``data`` with every secret replaced by a mask of its length, and the
+    facts of what was (also added to ``facts`` when given)."""
+    found = Facts()
+    for label, pattern in rules.all_shapes():
+        if pattern.search(data) is None:
+            continue
+
+        def repl(match: re.Match[bytes], label: str = label) -> bytes:
+            secret = match.group(0)
+            if not secret or _is_mask(secret):
+                return secret
+            found.add(location, label or rules.label(secret), secret)
+            return _mask(len(secret))
+
+        data = pattern.sub(repl, data)
+    if facts is not None:
+        facts.items.extend(found.items)
+    return data, found.items
+
+
+def redact_str(text: str, location: str, rules: Rules = STANDARD,
+               facts: Facts | None = None) -> str:
+    """:func:`redact_text` for a string (UTF-8, other bytes kept)."""
+    data = text.encode("utf-8", "surrogateescape")
+    masked, _ = redact_text(data, location, rules, facts)
+    return text if masked == data else masked.decode("utf-8", "surrogateescape")
+
+
+def redact_body(body: bytes, location: str, facts: Facts, rules: Rules = STANDARD) -> bytes:
+    """An identity-coded body with every secret masked in place."""
+    return redact_text(body, location, rules, facts)[0]
+
+
+def redact_json(value: object, location: str, rules: Rules = STANDARD,
+                facts: Facts | None = None) -> object:
+    """A JSON value with every string (member names too) redacted."""
+    if isinstance(value, str):
+        return redact_str(value, location, rules, facts)
+    if isinstance(value, list):
+        return [redact_json(v, location, rules, facts) for v in value]
+    if isinstance(value, dict):
+        return {redact_str(str(k), location, rules, facts): redact_json(v, location, rules, facts)
+                for k, v in value.items()}
+    return value
+
+
+# -- requests and responses --------------------------------------------------------------------
+
+
+def _redact_headers(headers: Headers, location: str, facts: Facts,
+                    rules: Rules = STANDARD) -> Headers:
     out = []
     for name, value in headers:
-        if name.lower() in SECRET_HEADERS and value != REDACTED:
+        if name.lower() in SECRET_HEADERS and value.rsplit(b" ", 1)[-1] != REDACTED:
             secret = value.split(b" ", 1)[1] if value.lower().startswith(b"bearer ") else value
             facts.add(location, name.decode("latin-1"), secret)
             scheme = value.split(b" ", 1)[0] + b" " if b" " in value.strip() else b""
             value = scheme + REDACTED if name.lower().endswith(b"authorization") else REDACTED
+        elif name.lower() not in SECRET_HEADERS:
+            value = redact_text(value, location, rules, facts)[0]
         out.append((name, value))
     return tuple(out)
 
 
-def _redact_target(target: bytes, facts: _Facts) -> bytes:
-    if b"?" not in target:
-        return target
-    path, query = target.split(b"?", 1)
-    parts = []
-    for part in query.split(b"&"):
-        key, eq, value = part.partition(b"=")
-        if eq and key.lower() in SECRET_QUERY_PARAMS and value and value != REDACTED:
-            facts.add("query", key.decode("latin-1"), value)
-            part = key + b"=" + REDACTED
-        parts.append(part)
-    return path + b"?" + b"&".join(parts)
+def _redact_target(target: bytes, facts: Facts, rules: Rules = STANDARD) -> bytes:
+    if b"?" in target:
+        path, query = target.split(b"?", 1)
+        parts = []
+        for part in query.split(b"&"):
+            key, eq, value = part.partition(b"=")
+            if eq and key.lower() in SECRET_QUERY_PARAMS and value and value != REDACTED:
+                facts.add("query", key.decode("latin-1"), value)
+                part = key + b"=" + REDACTED
+            parts.append(part)
+        target = path + b"?" + b"&".join(parts)
+    return redact_text(target, "target", rules, facts)[0]
 
 
-def redact_body(body: bytes, location: str, facts: _Facts) -> bytes:
-    for label, pattern in KEY_SHAPES:
-        if pattern.search(body) is None:
-            continue
-
-        def repl(match: re.Match[bytes], label: str = label) -> bytes:
-            facts.add(location, label, match.group(0))
-            return _mask(len(match.group(0)))
-
-        body = pattern.sub(repl, body)
-    return body
+def _split_like(data: bytes, sizes: Sequence[int]) -> list[bytes]:
+    out, pos = [], 0
+    for n in sizes:
+        out.append(data[pos:pos + n])
+        pos += n
+    return out
 
 
-def redact_request(request: Request) -> tuple[Request, list[Redaction]]:
+def _with_length(headers: Headers, old: int, new: int) -> Headers:
+    """``Content-Length`` set to ``new`` where it said ``old``, in place."""
+    if old == new:
+        return headers
+    return tuple((k, str(new).encode() if k.lower() == b"content-length"
+                  and v.strip() == str(old).encode() else v) for k, v in headers)
+
+
+def redact_pieces(pieces: Sequence[bytes], headers: Headers, location: str, facts: Facts,
+                  rules: Rules = STANDARD) -> tuple[list[bytes], Headers]:
+    """A body cut into ``pieces`` (a request's one, a response's frames)
+    with every secret masked in its decoded form. A coded body with a
+    secret in it is coded again with stored blocks (:mod:`wiretape.codings`),
+    one piece per piece, ``Content-Length`` set to match, and a fact
+    ``recoded:<codings>`` says so; an unchanged body keeps its bytes. A
+    body whose coding cannot be undone is looked at as it is."""
+    applied = codings.parse(header_values(headers, b"content-encoding"))
+    decoded = codings.decode(pieces, applied) if applied else None
+    if decoded is None:
+        whole = b"".join(pieces)
+        masked = redact_text(whole, location, rules, facts)[0]
+        if masked == whole:
+            return list(pieces), headers
+        return _split_like(masked, [len(p) for p in pieces]), headers
+    whole = b"".join(decoded.pieces)
+    masked = redact_text(whole, location, rules, facts)[0]
+    if masked == whole:
+        return list(pieces), headers
+    plain = _split_like(masked, [len(p) for p in decoded.pieces])
+    recoded = codings.encode(decoded, plain, applied)
+    facts.add(location, "recoded:" + ",".join(c.decode("latin-1") for c in applied),
+              b"".join(pieces))
+    old, new = sum(len(p) for p in pieces), sum(len(p) for p in recoded)
+    return recoded, _with_length(headers, old, new)
+
+
+def redact_request(request: Request, rules: Rules = STANDARD) -> tuple[Request, list[Redaction]]:
     """The request with every secret replaced, and the facts of what was."""
-    facts = _Facts([])
-    redacted = Request(
-        method=request.method,
-        target=_redact_target(request.target, facts),
-        headers=_redact_headers(request.headers, "request-header", facts),
-        body=redact_body(request.body, "request-body", facts),
-        http_version=request.http_version,
-    )
+    facts = Facts()
+    target = _redact_target(request.target, facts, rules)
+    headers = _redact_headers(request.headers, "request-header", facts, rules)
+    body, headers = redact_pieces([request.body], headers, "request-body", facts, rules)
+    redacted = Request(method=request.method, target=target, headers=headers,
+                       body=b"".join(body), http_version=request.http_version)
     return redacted, facts.items
 
 
-def redact_response(response: Response) -> tuple[Response, list[Redaction]]:
-    """The response with secret headers replaced, and secrets in an
-    identity-encoded body masked in place (frames keep their lengths)."""
-    from dataclasses import replace
-
-    facts = _Facts([])
-    headers = _redact_headers(response.headers, "response-header", facts)
+def redact_response(response: Response,
+                    rules: Rules = STANDARD) -> tuple[Response, list[Redaction]]:
+    """The response with secret headers replaced and secrets in its body
+    masked, frame by frame (frames keep their timing)."""
+    facts = Facts()
+    headers = _redact_headers(response.headers, "response-header", facts, rules)
     frames = response.frames
-    encoded = any(
-        k.lower() == b"content-encoding" and v.strip().lower() not in (b"", b"identity")
-        for k, v in response.headers
-    )
-    if not encoded:
-        body = response.body
-        masked = redact_body(body, "response-body", facts)
-        if masked != body:
-            pos, new_frames = 0, []
-            for frame in frames:
-                n = len(frame.data)
-                new_frames.append(replace(frame, data=masked[pos : pos + n]))
-                pos += n
-            frames = tuple(new_frames)
+    datas, headers = redact_pieces([f.data for f in frames], headers, "response-body", facts,
+                                   rules)
+    if any(d != f.data for d, f in zip(datas, frames, strict=True)):
+        frames = tuple(Frame(f.offset_ns, d) for f, d in zip(frames, datas, strict=True))
     return replace(response, headers=headers, frames=frames), facts.items
+
+
+def redact_exchange(exchange: Exchange,
+                    rules: Rules = STANDARD) -> tuple[Exchange, list[Redaction]]:
+    """The exchange as it is stored: request, response and error text
+    redacted. CPU work (a coded body is undone and done again): the
+    recorder calls it off the event loop."""
+    request, facts = redact_request(exchange.request, rules)
+    response = exchange.response
+    if response is not None:
+        response, more = redact_response(response, rules)
+        facts = facts + more
+    error = exchange.error
+    if error is not None:
+        error = redact_str(error, "error", rules, Facts(facts))
+    return replace(exchange, request=request, response=response, error=error), facts
+
+
+# -- the replay side ---------------------------------------------------------------------------
+
+
+def _plain(request: Request) -> bytes:
+    applied = codings.parse(header_values(request.headers, b"content-encoding"))
+    if not applied:
+        return request.body
+    decoded = codings.decode([request.body], applied)
+    return b"".join(decoded.pieces) if decoded is not None else request.body
+
+
+def learn(recorded: bytes, live: bytes, prints: Mapping[str, str],
+          limit: int = 256) -> list[tuple[str, bytes]]:
+    """Secrets of ``live`` found where ``recorded`` has a mask: the live
+    bytes at the mask's place (found by the bytes before it) whose
+    fingerprint is one of ``prints`` (fingerprint to label)."""
+    found: dict[bytes, str] = {}
+    for count, m in enumerate(_MASK.finditer(recorded)):
+        if count >= limit:
+            break
+        start, n = m.start(), m.end() - m.start()
+        before = recorded[max(0, start - 24):start]
+        places = [0] if not before else []
+        pos = live.find(before) if before else -1
+        while pos >= 0 and len(places) < 64:
+            places.append(pos + len(before))
+            pos = live.find(before, pos + 1)
+        for at in places:
+            candidate = live[at:at + n]
+            if (len(candidate) == n and candidate != m.group(0)
+                    and fingerprint(candidate) in prints):
+                found[candidate] = prints[fingerprint(candidate)]
+    return [(f"learned:{label}", v) for v, label in found.items()]
+
+
+class LiveRedactor:
+    """The replay side of redaction: ``rules`` (the standard ones and the
+    replaying environment's secrets), and secrets learned during the replay:
+    a value whose fingerprint the run recorded as redacted (``prints``,
+    fingerprint to label) is masked from the moment it is met, in the
+    environment or in a live text at the place of a mask in the recorded
+    one. So a replay that sends a secret the recording had (or that
+    ``scrub`` removed) compares equal, as it would have before."""
+
+    def __init__(self, rules: Rules = STANDARD, prints: Mapping[str, str] | None = None) -> None:
+        self.rules = rules
+        self.prints = dict(prints or {})
+
+    def learn_environment(self, env: Mapping[str, str]) -> None:
+        """Learn the values in ``env`` the run recorded as redacted."""
+        if not self.prints:
+            return
+        found = []
+        for value in env.values():
+            for part in {value, *re.split(r"[\s=:,;]+", value)}:
+                raw = part.encode("utf-8", "surrogateescape")
+                if len(raw) >= 4 and fingerprint(raw) in self.prints:
+                    found.append((f"learned:{self.prints[fingerprint(raw)]}", raw))
+        self.rules = self.rules.with_literals(found)
+
+    def learn_from(self, recorded: bytes, live: bytes) -> bool:
+        """Learn from ``live`` where ``recorded`` has masks; True when
+        something new was learned."""
+        if not self.prints or recorded == live or not _MASK.search(recorded):
+            return False
+        before = self.rules
+        self.rules = self.rules.with_literals(learn(recorded, live, self.prints))
+        return self.rules is not before
+
+    def request(self, request: Request, recorded: Sequence[Request]) -> Request:
+        """``request`` redacted for comparing with ``recorded`` (the requests
+        it may be compared with): learning from those on its route when
+        none is equal yet."""
+        live, _ = redact_request(request, self.rules)
+        route = [r for r in recorded if r.method == live.method and r.path == live.path]
+        if not self.prints or any(r.target == live.target and r.body == live.body
+                                  for r in route):
+            return live
+        plain = _plain(live)
+        learned = False
+        for r in route[:8]:
+            learned = self.learn_from(r.target, live.target) or learned
+            learned = self.learn_from(_plain(r), plain) or learned
+        return redact_request(request, self.rules)[0] if learned else live
+
+    def text(self, data: bytes, location: str, recorded: bytes | None = None,
+             facts: Facts | None = None) -> bytes:
+        """A live text (output, a file) redacted, learning from ``recorded``
+        (the recording's side of it) first."""
+        if recorded is not None:
+            self.learn_from(recorded, data)
+        return redact_text(data, location, self.rules, facts)[0]
+
+
+def fingerprints(facts: Iterable[Redaction]) -> dict[str, str]:
+    """Fingerprint to label of recorded redactions (what a replay may learn)."""
+    return {f.fingerprint: f.name for f in facts if not f.name.startswith("recoded:")}
+

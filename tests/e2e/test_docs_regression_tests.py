@@ -81,6 +81,9 @@ def test_the_example_project_records_replays_and_fails_as_documented(tmp_path: P
         line.split()[:-2] for line in shown[:4]]
     assert printed[4].split(" in ")[0] == shown[4].split(" in ")[0]
     assert printed[4].endswith("; JUnit XML in wiretape-junit.xml")
+    scanned = run(replay_lines[2], project)
+    assert scanned.returncode == 0, scanned.stdout[-3000:] + scanned.stderr[-3000:]
+    assert scanned.stdout.count(": clean") == 3
     suite = ET.parse(project / "wiretape-junit.xml").getroot().find("testsuite")
     assert suite is not None
     assert {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped")} == {

@@ -3,6 +3,7 @@ restoring untrusted entries only inside the sandbox."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -11,7 +12,18 @@ import pytest
 from wiretape.errors import RunFileError, UsageError
 from wiretape.launch.sandbox import files_facet
 from wiretape.snapshot.restore import restore
-from wiretape.snapshot.tree import ChangeJSON, ChangeKind, Entry, compare, walk
+from wiretape.snapshot.tree import (
+    DEFAULT_POLICY,
+    LEGACY,
+    ChangeJSON,
+    ChangeKind,
+    Entry,
+    LeftOut,
+    SnapshotPolicy,
+    compare,
+    summary,
+    walk,
+)
 
 
 def tree(root: Path) -> dict[str, Entry]:
@@ -127,3 +139,80 @@ def test_files_facet_lists_each_difference_in_stored_member_order() -> None:
     assert known["recorded"] == "modified (2 bytes)" and known["replayed_diff"] == "-x\n+z\n"
     assert list(deleted) == ["path", "recorded", "replayed", "recorded_diff", "replayed_diff"]
     assert deleted["replayed"] == "deleted"
+
+
+# -- what a snapshot leaves out ------------------------------------------------------------------
+
+
+def _project(root: Path) -> None:
+    (root / ".git" / "objects").mkdir(parents=True)
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / ".env").write_text("KEY=value1234\n")
+    (root / ".env.local").write_text("KEY=value1234\n")
+    (root / "sub" / ".ssh").mkdir(parents=True)
+    (root / "sub" / ".ssh" / "config").write_text("Host x\n")
+    (root / "sub" / "id_rsa").write_text("key")
+    (root / "sub" / "server.pem").write_text("pem")
+    (root / ".docker").mkdir()
+    (root / ".docker" / "config.json").write_text("{}")
+    (root / "credentials-prod.json").write_text("{}")
+    (root / "old.wtape").write_bytes(b"SQLite format 3\x00")
+    (root / "deploy.txt").write_text("-----BEGIN RSA PRIVATE KEY-----\nabc\n"
+                                     "-----END RSA PRIVATE KEY-----\n")
+    (root / "image.png").write_bytes(b"\x89PNG\x00\x01\x02")
+    (root / "main.py").write_text("print('hi')\n")
+    (root / "README.md").write_text("# readme\n")
+
+
+def test_the_default_snapshot_leaves_out_secrets_git_run_files_and_binaries(
+        tmp_path: Path) -> None:
+    _project(tmp_path)
+    left: list[LeftOut] = []
+    found = {e.path: e for e in walk(tmp_path, policy=DEFAULT_POLICY, left_out=left)}
+    kept = sorted(p for p, e in found.items() if not e.left_out)
+    # Folders left out keep their place, empty.
+    assert kept == [".docker", ".git", "README.md", "main.py", "sub", "sub/.ssh"]
+    assert found[".git"].kind == found["sub/.ssh"].kind == "dir"
+    reasons = {item.path: item.reason for item in left}
+    assert reasons == {
+        ".git/": "repository", ".env": "secrets", ".env.local": "secrets",
+        ".docker/config.json": "secrets", "credentials-prod.json": "secrets",
+        "old.wtape": "run file", "deploy.txt": "private key", "image.png": "binary",
+        "sub/.ssh/": "secrets", "sub/id_rsa": "private key", "sub/server.pem": "private key"}
+    # A binary file is still hashed: the outcome sees the agent change it.
+    png = found["image.png"]
+    assert png.left_out == "binary" and png.data == b"" and png.nbytes == 7
+    assert png.digest == hashlib.sha256(b"\x89PNG\x00\x01\x02").hexdigest()
+    assert "11 path(s)" in summary(left) and "and 7 more" in summary(left)
+
+
+def test_include_patterns_and_binary_take_what_would_be_left_out(tmp_path: Path) -> None:
+    _project(tmp_path)
+    policy = SnapshotPolicy(include=(".env.local", ".git", "sub/*.pem"), binary=True)
+    left: list[LeftOut] = []
+    found = {e.path: e for e in walk(tmp_path, policy=policy, left_out=left)}
+    assert {".env.local", ".git", ".git/config", "sub/server.pem"} <= set(found)
+    assert found["image.png"].data == b"\x89PNG\x00\x01\x02"
+    assert ".env" in {item.path for item in left}
+    assert SnapshotPolicy.from_json(policy.to_json()) == policy
+    assert SnapshotPolicy.from_json(None) == LEGACY
+    # Runs recorded before policies: everything as it was.
+    assert {e.path for e in walk(tmp_path)} >= {".env", ".git/config", "image.png", "old.wtape"}
+
+
+def test_left_out_paths_are_never_changes(tmp_path: Path) -> None:
+    _project(tmp_path)
+    before = {e.path: e for e in walk(tmp_path, policy=DEFAULT_POLICY)}
+    (tmp_path / ".env").unlink()
+    (tmp_path / ".env.new").write_text("x")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\x00changed")
+    (tmp_path / "new.bin").write_bytes(b"\x00\x01")
+    after = {e.path: e for e in walk(tmp_path, policy=DEFAULT_POLICY)}
+    changes = {c.path: c for c in compare(before, after)}
+    assert sorted(changes) == ["image.png", "new.bin"]
+    assert changes["image.png"].change == "modified" and changes["image.png"].binary
+    assert changes["new.bin"].after_size == 2 and changes["new.bin"].diff == ""
+    # In a sandbox restored without the binary file, it is not "deleted".
+    restored = {p: e for p, e in before.items() if not e.left_out}
+    sandbox = {p: e for p, e in after.items() if p != "image.png"}
+    assert {c.path: c.change for c in compare(restored, sandbox)} == {"new.bin": "added"}

@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from wiretape.inspect.overview import RunOverview
 
 
+def _echo(line: str) -> None:
+    """Print a line of a run's contents: the key shapes are masked even in
+    a run recorded before they were redacted everywhere."""
+    from wiretape.redaction import redact_str
+
+    click.echo(redact_str(line, "show"))
+
+
 def _read(run: str, label: str) -> RunOverview:
     from wiretape.inspect.overview import overview
     from wiretape.inspect.progress import Progress
@@ -85,26 +93,26 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
         raise UsageError(f"run {ov.info.run_id} has no exchange {seq}: its exchanges are "
                          f"{', '.join(str(s) for s in ov.views) or 'none'}")
     if as_json:
-        click.echo(json.dumps(_show_json(ov, seq, frames), indent=2, ensure_ascii=False))
+        _echo(json.dumps(_show_json(ov, seq, frames), indent=2, ensure_ascii=False))
         return
     if seq is not None:
         exchange = next(e for e in ov.exchanges if e.seq == seq)
         row = next(r for r in ov.rows if r.seq == seq)
         for line in text.exchange_lines(exchange, ov.views[seq], row, frames):
-            click.echo(line)
+            _echo(line)
         return
     for line in text.run_heading(ov.info, str(ov.path)):
-        click.echo(line)
+        _echo(line)
     for note in json.loads(ov.info.extra.get("import_notes", "[]")):
-        click.echo(f"  import note: {note}")
+        _echo(f"  import note: {note}")
     for line in table(text.timeline_rows(ov.rows), text.TIMELINE_HEADER):
-        click.echo(line)
+        _echo(line)
     for line in text.ledger_lines(ov.ledger):
-        click.echo(line)
+        _echo(line)
     if ov.verdicts:
-        click.echo(click.style(f"replays: {len(ov.verdicts)}", bold=True))
+        _echo(click.style(f"replays: {len(ov.verdicts)}", bold=True))
         for v in ov.verdicts:
-            click.echo(f"  {v.replay_id}: " + verdict_line(v).removeprefix("wiretape: "))
+            _echo(f"  {v.replay_id}: " + verdict_line(v).removeprefix("wiretape: "))
 
 
 @click.command()

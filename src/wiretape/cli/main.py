@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from wiretape import __version__
-from wiretape.cli import inspect_cmds, render
+from wiretape.cli import inspect_cmds, render, secrets_cmds
 from wiretape.cli.check_cmd import check
 from wiretape.errors import UsageError, WiretapeError
 from wiretape.model import DEFAULT_MAX_BODY
@@ -139,14 +139,27 @@ def _intercept_arguments(intercept: bool, hosts: tuple[str, ...], upstream_ca: P
     show_default=True,
     help="Largest total snapshot, in bytes; larger is refused.",
 )
+@click.option("--snapshot-include", "snapshot_include", multiple=True, metavar="PATTERN",
+              help="Take files or folders the snapshot leaves out (.env*, .git, *.wtape, keys "
+                   "and other credentials files, binary files) when their name or relative "
+                   "path matches PATTERN (fnmatch: '.env.example', 'assets/*.png'). Repeatable.")
+@click.option("--snapshot-binary", is_flag=True,
+              help="Take binary files into the snapshot (their bytes are not checked for "
+                   "secrets).")
 @_intercept_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...], max_body: int,
            snapshot_paths: tuple[str, ...], no_snapshot: bool, snapshot_max: int,
+           snapshot_include: tuple[str, ...], snapshot_binary: bool,
            intercept: bool, intercept_hosts: tuple[str, ...], upstream_ca: Path | None,
            resolve: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Run COMMAND with its provider base URLs pointed at a recording proxy
     (with --intercept: with HTTPS_PROXY and a CA bundle instead).
+
+    Secrets are redacted before anything is written, wherever the run keeps
+    text (exchanges, the command line, output, snapshot files); the
+    snapshot leaves out .env*, .git, run files, keys, credentials files and
+    binary files, and says so on stderr.
 
     \b
     Example:
@@ -158,6 +171,8 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
 
     from wiretape.launch.origins import parse_pairs
     from wiretape.launch.record import record as do_record
+    from wiretape.snapshot.tree import SnapshotPolicy
+    from wiretape.snapshot.tree import summary as summary_of
 
     if no_snapshot and snapshot_paths:
         raise UsageError("--snapshot and --no-snapshot exclude each other")
@@ -171,11 +186,16 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
             max_body=max_body,
             snapshots=snapshots,
             snapshot_max=snapshot_max,
+            snapshot_policy=SnapshotPolicy(include=snapshot_include, binary=snapshot_binary),
             **_intercept_arguments(intercept, intercept_hosts, upstream_ca, resolve, upstreams),
         )
     )
     for line in render.record_summary(result):
         _say(line)
+    for root, left_out in result.left_out:
+        if left_out:
+            _say(f"wiretape: the snapshot of {root} left out {summary_of(left_out)} "
+                 "(--snapshot-include PATTERN or --snapshot-binary to take them)")
     sys.exit(result.exit_status if result.exit_status is not None else 0)
 
 
@@ -506,6 +526,9 @@ inspect_cmds.register(cli)
 
 # Replaying a suite of runs for CI: check.
 cli.add_command(check)
+
+# Secrets left in runs: scrub, scan.
+secrets_cmds.register(cli)
 
 
 def main() -> None:

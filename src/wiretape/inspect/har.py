@@ -24,7 +24,7 @@ import datetime as dt
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from wiretape import __version__
 from wiretape.errors import UsageError
@@ -43,6 +43,7 @@ from wiretape.model import (
     header_value,
 )
 from wiretape.origins import parse_upstream
+from wiretape.redaction import redact_json
 
 _NO_TIMING = {"blocked": -1, "dns": -1, "connect": -1, "ssl": -1}
 
@@ -176,7 +177,7 @@ def export_har(info: RunInfo, exchanges: Iterator[Exchange],
     for e in exchanges:
         entries.append(_entry(e, bases, by_seq.get(e.seq, [])))
         advance()
-    return {"log": {
+    har: HarJSON = {"log": {
         "version": "1.2", "creator": {"name": "wiretape", "version": __version__},
         "pages": [], "entries": entries,
         "comment": f"wiretape run {info.run_id}; bodies verbatim, secrets redacted",
@@ -190,6 +191,10 @@ def export_har(info: RunInfo, exchanges: Iterator[Exchange],
             "run_redactions": [[r.location, r.name, r.fingerprint] for r in by_seq.get(None, [])],
         },
     }}
+    # The key shapes are masked even in a run recorded before they were
+    # redacted everywhere (a body coded with gzip is base64 here: a run
+    # recorded now has none left in it; `wiretape scan` finds old ones).
+    return cast(HarJSON, redact_json(har, "har"))
 
 
 # -- import ------------------------------------------------------------------

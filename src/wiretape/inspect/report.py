@@ -24,6 +24,7 @@ from wiretape.inspect.ledger import Ledger
 from wiretape.inspect.timeline import TimelineRow
 from wiretape.model import COMPARED_FACETS, ReplayRow, RunInfo, facets
 from wiretape.playback.verdict import Verdict
+from wiretape.redaction import redact_str
 
 #: Characters of a request message shown before the rest folds away.
 FOLD = 600
@@ -266,11 +267,13 @@ def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
     """The whole page."""
     template = Template(resources.files("wiretape.inspect").joinpath("report_template.html")
                         .read_text(encoding="utf-8"))
-    return template.substitute(
+    # The key shapes are masked even in a run recorded before they were
+    # redacted everywhere (the masks keep lengths and need no escaping).
+    return redact_str(template.substitute(
         version=_e(__version__), title=_e(f"wiretape {info.run_id}"),
         summary=summary(info, path, rows, ledger, verdicts), waterfall=waterfall(rows),
         ledger=ledger_table(ledger), conversation=conversation(rows, views),
         replays=replays(verdicts),
         footer=_e(f"wiretape {__version__} · run {info.run_id} · report written "
                   f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M:%S')}"),
-    )
+    ), "report")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from wiretape import __version__
 from wiretape.errors import RunFileError, UsageError
@@ -28,14 +28,32 @@ from wiretape.launch.intercept import (
     proxy_environment,
 )
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins
-from wiretape.model import DEFAULT_MAX_BODY, Origin, RunInfo
+from wiretape.model import DEFAULT_MAX_BODY, ConnectReportJSON, Origin, RunInfo
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
 from wiretape.proxy.http1 import ErrorBody, Handler, plain_error
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
-from wiretape.snapshot.tree import DEFAULT_MAX_BYTES, Change, Entry, compare, walk
+from wiretape.redaction import STANDARD, Facts, Rules, redact_json, secret_values
+from wiretape.scrub.places import (
+    redact_entries,
+    redact_entry,
+    redact_info,
+    rules_redactor,
+    secrets_file_values,
+    unique,
+)
+from wiretape.snapshot.tree import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_POLICY,
+    Change,
+    Entry,
+    LeftOut,
+    SnapshotPolicy,
+    compare,
+    walk,
+)
 from wiretape.store.locate import new_run_id, runs_dir, store_paths
 from wiretape.store.runfile import RunFile
 
@@ -57,6 +75,8 @@ class RecordResult:
     refused: list[tuple[int, str]] = field(default_factory=list)
     #: what the forward proxy saw (``--intercept`` only)
     connect: ConnectReport | None = None
+    #: per snapshotted tree, what its snapshot left out
+    left_out: list[tuple[Path, list[LeftOut]]] = field(default_factory=list)
 
 
 def _origin_error_body(path: bytes) -> ErrorBody:
@@ -98,13 +118,20 @@ async def record(
     intercept: InterceptSettings | None = None,
     upstream_options: UpstreamOptions | None = None,
     on_environment: Callable[[dict[str, str]], None] | None = None,
+    snapshot_policy: SnapshotPolicy = DEFAULT_POLICY,
 ) -> RecordResult:
     """Record ``argv`` (or, with ``argv`` None, serve until ``until`` is set).
 
     ``snapshots``: trees to snapshot before the child starts (None: the
     working directory when a command is run; ``[]``: none), together at most
     ``snapshot_max`` bytes; after the child exits, what it changed in them
-    is stored as the outcome.
+    is stored as the outcome. ``snapshot_policy`` says what a snapshot
+    leaves out (secrets files, ``.git``, run files, binary files).
+
+    Secrets are redacted everywhere the run stores text (exchanges, the
+    command line, output, snapshot files, the outcome) with the standard
+    rules plus the values of the environment's secret-named variables and
+    of the secrets files the snapshots left out.
 
     ``intercept``: listen as a forward proxy instead (one port: ``--port N``)
     and terminate TLS for the provider hosts with a CA made for this run;
@@ -124,7 +151,8 @@ async def record(
         session = await _prepare_record(
             stack, argv, cwd=cwd or os.getcwd(), out=out, upstreams=upstreams, ports=ports,
             max_body=max_body, snapshots=snapshots, snapshot_max=snapshot_max,
-            intercept=intercept, upstream_options=upstream_options or UpstreamOptions())
+            intercept=intercept, upstream_options=upstream_options or UpstreamOptions(),
+            snapshot_policy=snapshot_policy)
         # The run file exists: however the recording ends, it keeps its end and outcome.
         stack.push_async_callback(_judge_record, session)
         if on_environment is not None:
@@ -155,6 +183,10 @@ class _Recording:
     snapshots: list[tuple[int, Path, list[Entry]]]
     #: folders made to hold the run file: wiretape's doing, not the agent's
     made_for_run: frozenset[Path]
+    #: what counts as a secret in this run, and what the snapshots take
+    rules: Rules = STANDARD
+    policy: SnapshotPolicy = DEFAULT_POLICY
+    left_out: list[tuple[Path, list[LeftOut]]] = field(default_factory=list)
     started: float = 0.0  # time.monotonic() when serving began
     exit_status: int | None = None
     stdout: bytes = b""
@@ -167,7 +199,8 @@ class _Recording:
                             time.monotonic() - self.started, self.exit_status,
                             tuple(self.origins), self.recorder.stats.failures,
                             self.listeners.refused,
-                            self.connect.report if self.connect is not None else None)
+                            self.connect.report if self.connect is not None else None,
+                            self.left_out)
 
 
 async def _prepare_record(
@@ -175,6 +208,7 @@ async def _prepare_record(
     out: Path | None, upstreams: Sequence[tuple[str, str]],
     ports: Sequence[tuple[str | None, int]], max_body: int, snapshots: Sequence[Path] | None,
     snapshot_max: int, intercept: InterceptSettings | None, upstream_options: UpstreamOptions,
+    snapshot_policy: SnapshotPolicy = DEFAULT_POLICY,
 ) -> _Recording:
     """Check the input and snapshot the trees; then bind the listeners;
     then create the run file and its recorder, so bad input leaves nothing
@@ -192,7 +226,16 @@ async def _prepare_record(
                            "choose another -o path")
     roots = [Path(cwd)] if snapshots is None and argv is not None else list(snapshots or [])
     made_for_run = frozenset(p for p in path.absolute().parents if not p.exists())
-    taken = take_snapshots(roots, exclude=store_paths(path), max_bytes=snapshot_max)
+    taken = take_snapshots(roots, exclude=store_paths(path), max_bytes=snapshot_max,
+                           policy=snapshot_policy)
+    # The values of secret-named variables and of the secrets files left
+    # out are secrets wherever else they turn up.
+    rules = STANDARD.with_literals(
+        [*secret_values(os.environ),
+         *(value for root, _, left in taken for value in secrets_file_values(root, left))])
+    facts = Facts()
+    redact = rules_redactor(rules, facts)
+    taken = [(root, redact_entries(entries, redact), left) for root, entries, left in taken]
     # The listeners are bound before the run file and the recorder exist;
     # connections and the forward proxy's report find them here once they do.
     run: RunFile | None = None
@@ -204,7 +247,7 @@ async def _prepare_record(
 
     def store_report(report: ConnectReport) -> None:
         if run is not None:  # what the forward proxy saw, kept as it changes
-            run.set_connect_report(report.to_json())
+            run.set_connect_report(redacted_report(report, rules))
 
     listeners = Listeners(max_body=max_body)
     connect, origins, env, names = await _listen_record(
@@ -212,16 +255,23 @@ async def _prepare_record(
     info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=tuple(argv or ()), cwd=cwd,
                    env_names=tuple(sorted(names)), origins=tuple(origins),
                    started_at_ns=time.time_ns(), mode="record" if argv is not None else "serve")
-    run = RunFile.create(path, info)
+    run = RunFile.create(path, redact_info(info, rules, facts))
     stack.callback(run.close, compact=True)
     if intercept is not None:
         run.set_intercept(sorted(h for h in intercept_hosts(intercept.extra_hosts)))
-    snapshot_ids = [(run.add_snapshot(str(root), entries), root, entries)
-                    for root, entries in taken]
-    recorder = Recorder(run, options=upstream_options)
+    snapshot_ids = [(run.add_snapshot(str(root), [e for e in entries if not e.left_out]), root,
+                     entries) for root, entries, _ in taken]
+    if taken:
+        run.set_snapshot_policy(snapshot_policy.to_json(), {
+            sid: [(item.path, item.reason) for item in left[:1000]]
+            for (sid, _, _), (_, _, left) in zip(snapshot_ids, taken, strict=True)})
+    run.add_redactions(unique(facts.items))
+    recorder = Recorder(run, options=upstream_options, rules=rules)
     stack.push_async_callback(recorder.aclose)
     return _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run, recorder,
-                      listeners, connect, origins, env, names, snapshot_ids, made_for_run)
+                      listeners, connect, origins, env, names, snapshot_ids, made_for_run,
+                      rules=rules, policy=snapshot_policy,
+                      left_out=[(root, left) for root, _, left in taken])
 
 
 async def _listen_record(
@@ -285,16 +335,31 @@ async def _judge_record(session: _Recording) -> None:
     snapshotted trees."""
     await session.listeners.close()
     await session.recorder.aclose()
-    run = session.run
+    run, rules = session.run, session.rules
     if session.connect is not None:
-        run.set_connect_report(session.connect.report.to_json())
-    run.finish(session.exit_status, session.stdout, session.stderr)
+        run.set_connect_report(redacted_report(session.connect.report, rules))
+    facts = Facts()
+    redact = rules_redactor(rules, facts)
+    run.finish(session.exit_status, redact(session.stdout, "stdout"),
+               redact(session.stderr, "stderr"))
     exclude = store_paths(session.path) | session.made_for_run
     for snapshot_id, root, entries in session.snapshots:
-        after = {e.path: e for e in walk(root, exclude=exclude)}
+        # Compared as stored: the files after the agent ran are redacted
+        # like the snapshot was, so a file with a secret in it is unchanged.
+        found = Facts()
+        after = {e.path: redact_entry(e, rules_redactor(rules, found), "outcome")
+                 for e in walk(root, exclude=exclude, policy=session.policy)}
         changes = compare({e.path: e for e in entries}, after)
+        changed = {f"outcome:{c.path}" for c in changes}
+        facts.items.extend(f for f in found.items if f.location in changed)
         run.set_outcome_changes(snapshot_id, changes, _kept_contents(changes, after))
+    run.add_redactions(unique(facts.items))
     session.exchanges, session.body_bytes = run.exchange_count(), run.body_bytes()
+
+
+def redacted_report(report: ConnectReport, rules: Rules) -> ConnectReportJSON:
+    """What the forward proxy saw, as stored: error texts redacted."""
+    return cast(ConnectReportJSON, redact_json(report.to_json(), "connect", rules))
 
 
 #: Text files up to this size (bytes) keep their recorded result, so that a
@@ -310,19 +375,23 @@ def _kept_contents(changes: Sequence[Change], after: Mapping[str, Entry]) -> dic
 
 
 
-def take_snapshots(roots: Sequence[Path], *, exclude: frozenset[Path],
-                   max_bytes: int) -> list[tuple[Path, list[Entry]]]:
-    """Read each tree (``~`` expanded, made absolute). Raises UsageError for
-    a missing tree or one over the size limit (counted over all trees)."""
-    out: list[tuple[Path, list[Entry]]] = []
+def take_snapshots(roots: Sequence[Path], *, exclude: frozenset[Path], max_bytes: int,
+                   policy: SnapshotPolicy = DEFAULT_POLICY,
+                   ) -> list[tuple[Path, list[Entry], list[LeftOut]]]:
+    """Read each tree (``~`` expanded, made absolute) as ``policy`` takes
+    it, with what it left out. Raises UsageError for a missing tree or one
+    over the size limit (counted over all trees)."""
+    out: list[tuple[Path, list[Entry], list[LeftOut]]] = []
     left = max_bytes
     for raw in roots:
         root = Path(os.path.expanduser(str(raw))).absolute()
         if not root.is_dir():
             raise UsageError(f"cannot snapshot {raw}: it is not a directory (give an existing "
                              "folder with --snapshot, or --no-snapshot)")
-        entries = list(walk(root, exclude=exclude, max_bytes=left))
+        left_out: list[LeftOut] = []
+        entries = list(walk(root, exclude=exclude, max_bytes=left, policy=policy,
+                            left_out=left_out))
         left -= sum(len(e.data) for e in entries)
-        out.append((root, entries))
+        out.append((root, entries, left_out))
     return out
 

@@ -51,7 +51,9 @@ from wiretape.proxy.http1 import plain_error
 from wiretape.proxy.replay import Replayer
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
-from wiretape.snapshot.tree import Entry, walk
+from wiretape.redaction import STANDARD, LiveRedactor, fingerprints, redact_str, secret_values
+from wiretape.scrub.places import redact_entry
+from wiretape.snapshot.tree import LEGACY, Entry, SnapshotPolicy, walk
 from wiretape.store.locate import store_paths
 from wiretape.store.runfile import RunFile
 
@@ -95,7 +97,8 @@ def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: i
 
 
 def current_state(snapshots: Sequence[tuple[int, str, list[Entry]]],
-                  run_path: Path) -> list[tuple[int, str, list[Entry]]]:
+                  run_path: Path, policy: SnapshotPolicy = LEGACY,
+                  ) -> list[tuple[int, str, list[Entry]]]:
     """The snapshotted trees read again as they are now (``replay --state
     current``): same ids and roots, today's entries. Raises UsageError for
     a tree that is gone."""
@@ -104,7 +107,8 @@ def current_state(snapshots: Sequence[tuple[int, str, list[Entry]]],
         if not os.path.isdir(root):
             raise UsageError(f"--state current: the snapshotted folder {root} does not exist "
                              "here; replay the recorded state (--state recorded)")
-        out.append((snapshot_id, root, list(walk(Path(root), exclude=store_paths(run_path)))))
+        entries = walk(Path(root), exclude=store_paths(run_path), policy=policy)
+        out.append((snapshot_id, root, [e for e in entries if not e.left_out]))
     return out
 
 
@@ -361,8 +365,10 @@ class _Replay:
         """Begin the replay in the run's replay log, with how it is served
         (serving only: once it has answered a request)."""
         settings = self.settings
+        rules = self.replayer.redactor.rules
         self.run.start_replay(self.replayer.replay_id, settings.mode.value, {
-            "pace": settings.pace.value, "argv": self.argv, "cwd": self.launch.cwd,
+            "pace": settings.pace.value, "argv": [redact_str(a, "argv", rules) for a in self.argv],
+            "cwd": self.launch.cwd,
             "allow_substitutions": settings.allow_substitutions,
             "substitutions": [[s.old.decode("utf-8", "replace"), s.new.decode("utf-8", "replace")]
                               for s in self.policy.substitutions],
@@ -395,7 +401,7 @@ async def _prepare_replay(
                     substitutions=settings.substitutions + launch.substitutions,
                     allow_substitutions=settings.allow_substitutions)
     replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=stopping,
-                        on_decision=on_decision)
+                        on_decision=on_decision, redactor=live_redactor(run))
     isolated = (isolate.prepare(launch.isolation, os.environ)
                 if launch.isolation is not None and command is not None else None)
     if isolated is not None:
@@ -414,6 +420,17 @@ async def _prepare_replay(
                    proxy_variables)
 
 
+def live_redactor(run: RunFile) -> LiveRedactor:
+    """How a replay redacts what it compares and stores: as the recording
+    did (the standard rules, and the secret-named variables of this
+    environment), learning the secrets the run recorded as redacted (by
+    their fingerprints) from this environment and the live requests."""
+    redactor = LiveRedactor(STANDARD.with_literals(secret_values(os.environ)),
+                            fingerprints(fact for _, fact in run.redactions()))
+    redactor.learn_environment(os.environ)
+    return redactor
+
+
 def _plan_replay(
     stack: contextlib.AsyncExitStack, run: RunFile, path: Path, info: RunInfo,
     argv: Sequence[str] | None, settings: ReplaySettings, *, cwd: str | None, serve_only: bool,
@@ -430,9 +447,10 @@ def _plan_replay(
                              "with `serve` or `wiretape.recording()`, or imported): give one "
                              "after -- (from Python: argv=[...])")
     snapshots = run.snapshots() if command is not None else []
+    taken = SnapshotPolicy.from_json(run.snapshot_policy()[0])
     if settings.state == "current":
-        snapshots = current_state(snapshots, path)
-    sandbox = (Sandbox.restore(snapshots, source=path, home=os.environ.get("HOME"))
+        snapshots = current_state(snapshots, path, taken)
+    sandbox = (Sandbox.restore(snapshots, source=path, home=os.environ.get("HOME"), policy=taken)
                if snapshots else None)
     if sandbox is not None and not settings.keep:
         stack.callback(sandbox.remove)
@@ -504,14 +522,20 @@ async def _judge_replay(session: _Replay) -> None:
     dns = session.isolated.dns_queries() if session.isolated is not None else []
     await session.stopping.settled()
     run, info, settings, launch = session.run, session.info, session.settings, session.launch
-    exit_status, stdout, replayer = session.exit_status, session.stdout, session.replayer
+    exit_status, replayer = session.exit_status, session.replayer
+    # The replay's output and files are redacted as the recording's were,
+    # before they are compared and stored.
+    redactor = replayer.redactor
+    stdout = redactor.text(session.stdout, "stdout", recorded=info.stdout)
+    stderr = redactor.text(session.stderr, "stderr", recorded=info.stderr)
     since = info.started_at_ns / 1e9 if info.started_at_ns else None
     outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout, since)
     sandbox = session.sandbox
     if sandbox is not None and exit_status is not None:
         box = sandbox
         outcome["files"] = files_facet(
-            run.outcome_changes(), box.changes(),
+            run.outcome_changes(),
+            box.changes(lambda e: redact_entry(e, redactor.text, "replay")),
             lambda _sid, _path, digest: run.content(digest),
             lambda sid, path, _digest: box.content(sid, path), since=since)
     outcome["isolation"] = isolation_facet(launch, settings, dns)
@@ -522,5 +546,5 @@ async def _judge_replay(session: _Replay) -> None:
         outcome["intercept"] = {"same": None, **session.connect.report.to_json()}
     if replayer.stopped:
         outcome["stopped"] = {"same": None, "reason": replayer.stopped}
-    run.finish_replay(replayer.replay_id, exit_status, stdout, session.stderr, outcome)
+    run.finish_replay(replayer.replay_id, exit_status, stdout, stderr, outcome)
     session.verdict = verdict_of(run, replayer.replay_id)

@@ -24,7 +24,15 @@ from wiretape.matching.volatile import VolatileComparison, compare_volatile
 from wiretape.model import FileDifference, FilesFacet, FileSides, FileVolatile
 from wiretape.playback.decide import Substitution
 from wiretape.snapshot.restore import restore
-from wiretape.snapshot.tree import ChangeJSON, ChangeKind, Entry, compare, walk
+from wiretape.snapshot.tree import (
+    LEGACY,
+    ChangeJSON,
+    ChangeKind,
+    Entry,
+    SnapshotPolicy,
+    compare,
+    walk,
+)
 
 MAPPING_WARNING = (
     "wiretape: paths are mapped into the sandbox, not shown at their original places: an "
@@ -48,19 +56,23 @@ class Sandbox:
     root: Path
     copies: list[Copy] = field(default_factory=list)
     home: Path | None = None
+    #: what the recording's snapshots took: the agent's changes are read the same way
+    policy: SnapshotPolicy = LEGACY
     _after: dict[int, dict[str, Entry]] = field(default_factory=dict)
 
     @classmethod
     def restore(cls, snapshots: Sequence[tuple[int, str, list[Entry]]], *, source: Path,
-                home: str | None) -> Sandbox:
+                home: str | None, policy: SnapshotPolicy = LEGACY) -> Sandbox:
         """Restore every snapshot into a new temporary directory. A tree
         under ``home`` keeps its place under a sandbox home. Raises
-        RunFileError for unsafe entries (the directory is removed)."""
+        RunFileError for unsafe entries (the directory is removed). What
+        the snapshots left out is not there, and is not looked at after
+        the agent ran either (``policy``)."""
         home_path = _recorded_root(home, source, "home directory") if home else None
         for _, original, _ in snapshots:
             _recorded_root(original, source, "snapshot root")
         root = Path(tempfile.mkdtemp(prefix="wiretape-sandbox-"))
-        box = cls(root)
+        box = cls(root, policy=policy)
         try:
             for index, (snapshot_id, original, entries) in enumerate(snapshots):
                 orig = Path(original)
@@ -110,11 +122,13 @@ class Sandbox:
             env["PWD"] = self.map_path(env["PWD"])
         return env
 
-    def changes(self) -> dict[int, list[ChangeJSON]]:
-        """What the agent changed in each copy, as Change.to_json rows."""
+    def changes(self, redact: Callable[[Entry], Entry] = lambda e: e,
+                ) -> dict[int, list[ChangeJSON]]:
+        """What the agent changed in each copy, as Change.to_json rows;
+        each file is first redacted (``redact``) as the recording's were."""
         out = {}
         for c in self.copies:
-            after = {e.path: e for e in walk(c.copy)}
+            after = {e.path: redact(e) for e in walk(c.copy, policy=self.policy)}
             self._after[c.snapshot_id] = after
             out[c.snapshot_id] = [
                 ch.to_json() for ch in compare({e.path: e for e in c.entries}, after)

@@ -23,7 +23,7 @@ from wiretape.proxy import upstream
 from wiretape.proxy.hop import ClientHead, Framing
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import unreachable_response
-from wiretape.redaction import redact_request, redact_response
+from wiretape.redaction import STANDARD, Rules, redact_exchange
 from wiretape.store.runfile import RunFile
 
 
@@ -38,8 +38,9 @@ class Recorder:
     """Records exchanges for a set of origins into one run file."""
 
     def __init__(self, run: RunFile, *, on_exchange: Callable[[Exchange], None] | None = None,
-                 options: UpstreamOptions | None = None) -> None:
+                 options: UpstreamOptions | None = None, rules: Rules = STANDARD) -> None:
         self._run = run
+        self._rules = rules
         self._seq = itertools.count(0)
         self._options = options or UpstreamOptions()
         self._client = upstream.new_client(self._options)
@@ -178,22 +179,22 @@ class Recorder:
         waits for it, if this task is cancelled meanwhile)."""
         await asyncio.shield(self._schedule_store(exchange))
 
+    def _redact_and_write(self, exchange: Exchange) -> Exchange:
+        """Redact (CPU work: a coded body is undone and done again) and
+        commit, on a worker thread: never on the event loop."""
+        stored, facts = redact_exchange(exchange, self._rules)
+        self._run.write_exchange(stored, facts)
+        return stored
+
     async def _store(self, exchange: Exchange) -> None:
-        request, facts = redact_request(exchange.request)
-        response = exchange.response
-        if response is not None:
-            response, more = redact_response(response)
-            facts = facts + more
-        stored = Exchange(exchange.seq, exchange.connection_id, exchange.origin,
-                          exchange.started_at_ns, request, response, exchange.ending,
-                          exchange.ttfb_ns, exchange.duration_ns, exchange.error)
         async with self._write_lock:
-            await asyncio.to_thread(self._run.write_exchange, stored, facts)
+            stored = await asyncio.to_thread(self._redact_and_write, exchange)
+        request, response = stored.request, stored.response
         self.stats.exchanges += 1
         self.stats.body_bytes += len(request.body) + (len(response.body) if response else 0)
         if exchange.ending is not Ending.COMPLETE:
             self.stats.failures.append(
-                f"#{exchange.seq} {exchange.ending.value}: {exchange.error or ''}"
+                f"#{exchange.seq} {exchange.ending.value}: {stored.error or ''}"
             )
         if self._on_exchange is not None:
             self._on_exchange(stored)

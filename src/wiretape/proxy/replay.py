@@ -25,7 +25,7 @@ from wiretape.playback.decide import Candidate, Decision, Kind, Policy, decide
 from wiretape.playback.pacing import Pace, schedule
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response, unreachable_response
-from wiretape.redaction import redact_request
+from wiretape.redaction import LiveRedactor
 from wiretape.store.runfile import RunFile
 
 
@@ -75,8 +75,10 @@ class Replayer:
         replay_id: str | None = None,
         on_stop: Callable[[str], None] | None = None,
         on_decision: Callable[[ReplayRow], None] | None = None,
+        redactor: LiveRedactor | None = None,
     ) -> None:
         self.replay_id = replay_id or new_replay_id()
+        self.redactor = redactor or LiveRedactor()
         self._run = run
         self._tape = Tape.of(exchanges)
         self._responses = tuple(e.response for e in exchanges if e.response is not None)
@@ -96,8 +98,11 @@ class Replayer:
         return handle
 
     async def _answer(self, conn: ClientConnection, request: Request) -> None:
-        live, _ = redact_request(request)
         async with self._lock:
+            # Redacted as the recording was (off the loop: a coded body is
+            # undone), learning secrets the recording masked on this route.
+            recorded = [self._tape.exchanges[seq].request for seq in self._tape.remaining]
+            live = await asyncio.to_thread(self.redactor.request, request, recorded)
             if self.stopped is not None:
                 decision = None
             else:

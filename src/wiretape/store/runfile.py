@@ -51,6 +51,8 @@ from wiretape.model import (
     Response,
     RunInfo,
     RunMeta,
+    ScrubJSON,
+    SnapshotPolicyJSON,
 )
 from wiretape.snapshot.tree import Change, ChangeJSON, Entry
 from wiretape.store import blobs, schema, shapes
@@ -200,9 +202,13 @@ class RunFile:
         return cls(path, db, writable=True)
 
     @classmethod
-    def open(cls, path: Path, *, replay_logs: Path | None = None) -> RunFile:
+    def open(cls, path: Path, *, replay_logs: Path | None = None,
+             write: bool = False) -> RunFile:
         """Open an existing run file to read it. Nothing is written to it;
         an older schema version is read as it is (``schema.later_tables``).
+        ``write``: to write it as well (a file wiretape has just made, such
+        as a scrubbed copy): its schema is checked, and an older one
+        migrated, in one transaction.
 
         ``replay_logs``: the folder of replay logs (default
         ``store.locate.replay_logs_dir()``, looked up when first needed).
@@ -217,6 +223,14 @@ class RunFile:
                 magic = fh.read(16)
             if magic != b"SQLite format 3\x00":
                 raise RunFileError(path, "it is not a wiretape run file (not SQLite)")
+            if write:
+                db = connect_write(path)
+                try:
+                    schema.migrate(db, path)
+                except BaseException:
+                    db.close()
+                    raise
+                return cls(path, db, writable=True, replay_logs=replay_logs)
             db = connect_read(path)
             try:
                 version = schema.check(db, path)
@@ -248,6 +262,13 @@ class RunFile:
                 self._log = ReplayLog(None, log.run_hash)
                 self._log_note = (f"wiretape: this replay's verdict is not kept: {exc}; "
                                   "set WIRETAPE_HOME to a folder you can write")
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The SQLite connection, for a copy made table by table
+        (``store.rewrite``): read-only, and its schema checked, when the
+        file was opened to read."""
+        return self._db
 
     def replay_log_notes(self) -> tuple[str, ...]:
         """What to tell about where this run's replay log went, if anything."""
@@ -529,6 +550,34 @@ class RunFile:
             for seq, loc, name, fp in rows
         ]
 
+    def add_redactions(self, redactions: Sequence[Redaction], seq: int | None = None) -> None:
+        """Store facts of redactions outside an exchange (``seq`` None): the
+        command line, output, snapshot files."""
+        with self._write() as db:
+            db.executemany(
+                "INSERT INTO redactions (seq, location, name, fingerprint) VALUES (?,?,?,?)",
+                [(seq, r.location, r.name, r.fingerprint) for r in redactions])
+
+    def set_snapshot_policy(self, policy: SnapshotPolicyJSON,
+                            left_out: Mapping[int, Sequence[tuple[str, str]]]) -> None:
+        """What the snapshots took, and per snapshot id what they left out."""
+        self._set_meta({"snapshot_policy": policy,
+                        "left_out": {str(k): [list(p) for p in v] for k, v in left_out.items()}})
+
+    @_damage_is_an_input_error
+    def snapshot_policy(self) -> tuple[SnapshotPolicyJSON | None, dict[str, list[list[str]]]]:
+        """The stored policy (None: recorded before policies) and the paths
+        left out per snapshot id (as text)."""
+        meta = self._meta()
+        policy: SnapshotPolicyJSON | None = meta.get("snapshot_policy")
+        left_out: dict[str, list[list[str]]] = meta.get("left_out", {})
+        return policy, left_out
+
+    def add_scrub(self, scrub: ScrubJSON) -> None:
+        """Note one ``wiretape scrub`` of this run."""
+        done: list[ScrubJSON] = self._meta().get("scrubbed", [])
+        self._set_meta({"scrubbed": [*done, scrub]})
+
     @_damage_is_an_input_error
     def stored_bytes(self) -> int:
         """Bytes of bodies as stored (compressed), for summaries."""
@@ -554,11 +603,14 @@ class RunFile:
         with self._write() as db:
             cur = db.execute(
                 "INSERT INTO snapshots (root, taken_at_ns, files, bytes) VALUES (?, ?, ?, ?)",
-                (root, time.time_ns(), sum(1 for e in entries if e.kind == "file"),
+                (root, time.time_ns(),
+                 sum(1 for e in entries if e.kind == "file" and not e.left_out),
                  sum(len(e.data) for e in entries)))
             snapshot_id = int(cur.lastrowid or 0)
             rows = []
             for e in entries:
+                if e.left_out:  # its bytes were never read into the snapshot
+                    continue
                 digest = blobs.put(db, e.data) if e.kind == "file" else None
                 rows.append((snapshot_id, e.path, e.kind, e.mode, digest, e.link))
             db.executemany(
