@@ -304,7 +304,8 @@ async def replay_async(
     :func:`record_async` (default: each recorded port when free, else any).
     ``stdout``/``stderr``: where the command's output goes (default: nowhere).
 
-    The verdict is also stored in the run file (``wiretape verdict RUN``).
+    The verdict is also kept in the run's replay log (``wiretape verdict RUN``);
+    the run file itself is never written.
     A failing verdict is returned, not raised: check ``verdict.passed``.
     The caller names the run, so its recorded command runs without asking,
     also when it was recorded by someone else (the command line asks).

@@ -321,7 +321,7 @@ def replaying(
     ``port``: the local port for the first origin, or ``{name: port}``;
     None: each recorded port when free, else any free one. ``mode``,
     ``pace``, ``substitutions``, ``allow_substitutions``: as in
-    :func:`wiretape.replay`. The verdict is stored in the run file as well.
+    :func:`wiretape.replay`. The verdict is kept in the run's replay log as well.
 
     Raises RunNotFound here; entering raises RunFileError, PortInUse or
     UsageError.

@@ -53,7 +53,7 @@ class Workspace:
         from wiretape.store.runfile import open_run
 
         files = sorted(str(p.relative_to(self.store)) for p in self.store.rglob("*") if p.is_file())
-        with open_run(self.run) as run:
+        with open_run(self.run, replay_logs=self.store / "replays") as run:
             info = run.info()
             exchanges = [(e.seq, e.request.method, e.request.target, e.request.headers,
                           hashlib.sha256(e.request.body).hexdigest(),

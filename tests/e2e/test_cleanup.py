@@ -31,6 +31,7 @@ import pytest
 import wiretape
 from wiretape.launch.replay import ReplaySettings
 from wiretape.launch.replay import replay as launch_replay
+from wiretape.store.locate import replay_logs_dir
 from wiretape.store.runfile import open_run
 from wiretape.testing import FakeProvider, TextTurn
 
@@ -64,12 +65,17 @@ def stands_alone(run: Path) -> bool:
 
 
 def replay_rows(run: Path) -> list[tuple[str, int | None]]:
-    """(id, ended_at_ns) of each replay, read without wiretape's code."""
-    db = sqlite3.connect(f"file:{run}?mode=ro", uri=True)
-    try:
-        return list(db.execute("SELECT id, ended_at_ns FROM replays ORDER BY started_at_ns"))
-    finally:
-        db.close()
+    """(id, ended_at_ns) of each replay of ``run``, read without wiretape's
+    code from the replay logs (a replay never writes its run file)."""
+    rows: list[tuple[str, int | None]] = []
+    for log in sorted(replay_logs_dir().glob("*.replays")):
+        db = sqlite3.connect(f"file:{log}?mode=ro", uri=True)
+        try:
+            rows += db.execute("SELECT id, ended_at_ns FROM replays WHERE source = ?"
+                               " ORDER BY started_at_ns", (str(run.absolute()),))
+        finally:
+            db.close()
+    return rows
 
 
 def free_port() -> int:

@@ -10,19 +10,26 @@ way in").
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 
+from support import readonly
 from support.routed_upstream import RoutedUpstream
+from wiretape.store.locate import replay_logs_dir
 from wiretape.store.runfile import open_run
 from wiretape.testing import FakeProvider, TextTurn
 
@@ -65,6 +72,22 @@ def rows(path: Path, table: str) -> int:
             db.close()
     except sqlite3.Error:
         return 0
+
+
+def logged_requests(run: Path) -> int:
+    """Requests decided so far by replays of ``run``: they are in its replay
+    log (in the user's folder of replay logs), never in the run file."""
+    return sum(rows(log, "replay_requests") for log in replay_logs_dir().glob("run_*.replays")
+               if rows(log, "replays") and _replays_source(log, run))
+
+
+def _replays_source(log: Path, run: Path) -> bool:
+    db = sqlite3.connect(f"file:{log}?mode=ro", uri=True, timeout=1)
+    try:
+        return db.execute("SELECT 1 FROM replays WHERE source = ?",
+                          (str(run.absolute()),)).fetchone() is not None
+    finally:
+        db.close()
 
 
 def wait_for(what: str, ok: Callable[[], bool], proc: subprocess.Popen[bytes], cwd: Path,
@@ -160,7 +183,7 @@ def killed_replay(one_request_run: Path, tmp_path: Path, reap: list[Path]) -> Pa
     wt = start_wiretape("replay", str(run), "--", sys.executable, PROBE, "hello", "--raw",
                         "--sleep", "60", "--pidfile", str(pidfile), cwd=tmp_path)
     try:
-        wait_for("the first decision", lambda: rows(run, "replay_requests") >= 1, wt, tmp_path)
+        wait_for("the first decision", lambda: logged_requests(run) >= 1, wt, tmp_path)
         kill9(wt)
     finally:
         if wt.poll() is None:
@@ -324,3 +347,165 @@ def test_no_secret_reaches_the_disk_and_other_secrets_still_replay_exact(tmp_pat
         1, 0, 1, True)
     assert leaks(tmp_path, first) == []
     assert leaks(tmp_path, second) == []
+
+
+# --- SIGKILL at random moments, with streams in flight ----------------------------------------
+
+CRASH_TRIALS = int(os.environ.get("WIRETAPE_CRASH_TRIALS", "30"))
+CRASH_CLIENTS = 4
+
+
+@dataclass
+class Trial:
+    """What the clients of one trial saw: for each exchange that reached its
+    end (the terminating chunk read), the request body and the body read."""
+
+    completed: list[tuple[bytes, bytes]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+def stream_client(base: str, trial: int, client: int, seen: Trial) -> None:
+    """Chat requests one after another, each body unique, two in three
+    streamed (their end is the terminating chunk) and one not (its end is the
+    last byte of a Content-Length body), until the proxy goes away (or the
+    trial ends)."""
+    with httpx.Client(timeout=10, trust_env=False) as http:
+        for n in itertools.count():
+            if seen.stop.is_set():
+                return
+            body = json.dumps({"model": "m", "stream": n % 3 != 2, "messages": [
+                {"role": "user", "content": f"trial {trial} client {client} request {n}"}]})
+            try:
+                with http.stream("POST", f"{base}/chat/completions", content=body,
+                                 headers={"content-type": "application/json"}) as resp:
+                    data = b"".join(resp.iter_raw())
+                    status = resp.status_code
+            except httpx.HTTPError:
+                return  # the proxy was killed: this exchange never ended for the client
+            if status == 200:
+                with seen.lock:
+                    seen.completed.append((body.encode(), data))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sigkill_at_random_moments_never_loses_an_exchange_a_client_saw_end(tmp_path):
+    """``serve --record`` killed with SIGKILL at a random moment while four
+    clients stream through it, CRASH_TRIALS times (WIRETAPE_CRASH_TRIALS;
+    WIRETAPE_CRASH_SEED repeats a failure's timing): every run file opens,
+    passes SQLite's integrity check, and holds every exchange whose end its
+    client read, request and response byte for byte."""
+    seed = int(os.environ.get("WIRETAPE_CRASH_SEED", str(time.time_ns() % 10**6)))
+    rng = random.Random(seed)
+    words = " ".join(f"word{i}" for i in range(40))
+    script = [TextTurn(words) for _ in range(CRASH_TRIALS * CRASH_CLIENTS * 40)]
+    report: list[str] = []
+    seen_total = 0
+    started = time.monotonic()
+    with FakeProvider(script, delay=0.002) as fp:
+        for trial in range(CRASH_TRIALS):
+            run = tmp_path / f"trial{trial:02d}.wtape"
+            wt = subprocess.Popen(
+                [sys.executable, "-m", "wiretape", "serve", "--record", "--port", "0", "-o",
+                 str(run), "--upstream", f"openai={fp.url}/v1"],
+                cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                text=True)
+            seen = Trial()
+            clients: list[threading.Thread] = []
+            try:
+                assert wt.stdout is not None
+                line = wt.stdout.readline()
+                assert line.startswith("openai: http://127.0.0.1:"), line
+                base = line.split(": ", 1)[1].strip()
+                clients = [threading.Thread(target=stream_client, args=(base, trial, c, seen))
+                           for c in range(CRASH_CLIENTS)]
+                for client in clients:
+                    client.start()
+                time.sleep(rng.uniform(0.0, 1.5))
+                kill9(wt)
+            finally:
+                seen.stop.set()
+                if wt.poll() is None:
+                    wt.kill()
+                wt.wait(10)
+                for client in clients:
+                    client.join(30)
+            stored = crash_survivors(run)
+            missing = [req for req, resp in seen.completed if stored.get(req) != resp]
+            seen_total += len(seen.completed)
+            report.append(f"trial {trial}: {len(seen.completed)} seen complete, "
+                          f"{len(stored)} stored, {len(missing)} missing")
+            assert not missing, (f"seed {seed}: trial {trial} lost {len(missing)} exchanges its "
+                                 f"client saw end, e.g. {missing[0][:80]!r}")
+    elapsed = time.monotonic() - started
+    print(f"\n{CRASH_TRIALS} trials in {elapsed:.0f} s (seed {seed}), {seen_total} exchanges "
+          f"seen complete, all stored:", *report, sep="\n  ")
+
+
+def crash_survivors(run: Path) -> dict[bytes, bytes]:
+    """A killed recording's run file, checked as a stranger would: it opens
+    with wiretape, SQLite finds it intact; its exchanges (request body to
+    response body)."""
+    assert run.exists(), "serve announced its port before its run file existed"
+    db = sqlite3.connect(f"file:{run}?mode=ro", uri=True, timeout=5)
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        db.close()
+    with open_run(run) as rf:
+        rf.info()
+        return {e.request.body: e.response.body if e.response else b"" for e in rf.exchanges()}
+
+
+# --- a full disk ------------------------------------------------------------------------------
+
+FILLING_CLIENT = """
+import json, os, sys, httpx
+for i in range(int(sys.argv[1])):
+    body = json.dumps({"model": "m", "messages": [
+        {"role": "user", "content": f"request {i} " + os.urandom(20000).hex()}]})
+    try:
+        r = httpx.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", content=body,
+                       headers={"content-type": "application/json"}, timeout=20)
+        print(i, r.status_code, flush=True)
+    except httpx.HTTPError as exc:
+        print(i, "cut", type(exc).__name__, flush=True)
+"""
+
+
+def test_a_full_disk_keeps_what_was_committed_and_says_so_in_one_line(tmp_path):
+    """The run file's disk fills while recording: each exchange is in the
+    file whole or not at all, a client whose exchange could not be committed
+    is cut off rather than told it ended, and wiretape ends with one line
+    saying the run file cannot be written; the file opens, intact."""
+    if not readonly.available():
+        pytest.skip("no mount namespaces here to mount a tmpfs")
+    disk, out = tmp_path / "disk", tmp_path / "out"
+    disk.mkdir()
+    out.mkdir()
+    client = tmp_path / "filling_client.py"
+    client.write_text(FILLING_CLIENT)
+    with FakeProvider([TextTurn(f"answer {i}") for i in range(60)]) as fp:
+        record = " ".join([sys.executable, "-m", "wiretape", "record", "-o",
+                           str(disk / "run.wtape"), "--no-snapshot", "--upstream",
+                           f"openai={fp.url}/v1", "--", sys.executable, str(client), "40"])
+        done = subprocess.run(
+            readonly.tmpfs_argv(disk, "400k", f'{record}; rc=$?; cp -a "$1"/. {out}/; exit $rc'),
+            cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
+    lines = done.stdout.splitlines()
+    answered = [int(line.split()[0]) for line in lines if line.split()[1] == "200"]
+    cut = [line for line in lines if " cut " in line]
+    assert answered and cut, done.stdout  # the disk filled half way
+    assert "Traceback" not in done.stderr
+    said = done.stderr.strip().splitlines()
+    if done.returncode == 2:  # not even the run's end could be written: one line says so
+        assert said[-1].startswith("wiretape: error: cannot write run file "), said
+        assert "disk is full (free some space" in said[-1], said
+    else:  # the run's end fitted: the summary names each exchange not stored
+        assert any("not stored: cannot write run file" in line and "disk is full" in line
+                   for line in said), said
+    run = out / "run.wtape"
+    stored = crash_survivors(run)
+    got = sorted(int(body.split(b"request ")[1].split()[0]) for body in stored)
+    assert set(answered) <= set(got), (answered, got)

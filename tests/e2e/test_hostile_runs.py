@@ -1,6 +1,9 @@
 """A run file is untrusted input: a run crafted to restore outside the replay
 sandbox, or to leave a link the agent could write through, is refused with
 one line before anything is written, and the files it aimed at are untouched.
+A run whose schema holds code (a trigger, a view), whose bodies would
+decompress without bound, or whose values are of the wrong type is refused
+the same way, before anything runs and in bounded time and memory.
 
 The runs are recorded for real, then altered with sqlite3 the way an attacker
 would hand-edit one."""
@@ -11,9 +14,12 @@ import hashlib
 import sqlite3
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from wiretape.testing import FakeProvider, TextTurn
 
@@ -83,3 +89,194 @@ def test_a_link_leading_out_of_the_tree_is_refused(recorded: tuple[Path, Path, P
                    (sid, link.format(victim=victim)))
     refused(run, project, "link that leads outside its tree")
     assert checksums(victim) == before
+
+
+# --- the run file itself: what it may hold, what reading it may cost -----------------------
+#
+# Each case: exit code 2, exactly one line on stderr naming the file, no
+# traceback; a replay runs nothing, writes nothing outside its sandbox (no
+# replay log either) and leaves the run byte for byte as it was.
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(project, run): one recording, copied for each test."""
+    base = tmp_path_factory.mktemp("template")
+    project = base / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("state before the run\n")
+    run = base / "run.wtape"
+    with FakeProvider([TextTurn("the answer")]) as fp:
+        done = wiretape("record", "-o", str(run), "--upstream", f"openai={fp.url}/v1",
+                        "--snapshot", str(project), "--", sys.executable, str(AGENT), cwd=project)
+    assert done.returncode == 0, done.stderr
+    return project, run
+
+
+@pytest.fixture
+def hostile(template: tuple[Path, Path], tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """(project, run): a copy of the template's run to alter, and a folder
+    of replay logs of this test's own."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    project, run = template
+    copy = tmp_path / "hostile.wtape"
+    copy.write_bytes(run.read_bytes())
+    return project, copy
+
+
+def alter(run: Path, *statements: str, params: tuple[object, ...] = ()) -> None:
+    db = sqlite3.connect(run, isolation_level=None)
+    try:
+        for i, statement in enumerate(statements):
+            db.execute(statement, params if i == len(statements) - 1 else ())
+    finally:
+        db.close()
+
+
+def one_line(done: subprocess.CompletedProcess[str], run: Path, *words: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert str(run) in lines[0], lines[0]
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def replay_refused(project: Path, run: Path, tmp_path: Path, *words: str) -> None:
+    """``wiretape replay`` of ``run`` refuses with one line, before the agent
+    runs, writing nothing: not the run, not the project, no replay log."""
+    before = (checksums(project), hashlib.sha256(run.read_bytes()).hexdigest())
+    marker = tmp_path / "the-agent-ran"
+    done = wiretape("replay", str(run), "--", sys.executable, "-c",
+                    f"open({str(marker)!r}, 'w').close()", cwd=tmp_path)
+    one_line(done, run, *words)
+    assert not marker.exists()
+    assert (checksums(project), hashlib.sha256(run.read_bytes()).hexdigest()) == before
+    assert not (tmp_path / "state").exists()
+
+
+def shown_refused(run: Path, tmp_path: Path, *words: str, verdict: bool = True) -> None:
+    """``show``, ``report`` (and ``verdict``, which reads only what opening
+    checks when there is no replay) refuse with one line."""
+    commands = [["show", str(run)], ["report", str(run), "-o", str(tmp_path / "r.html")]]
+    for command in commands + ([["verdict", str(run)]] if verdict else []):
+        one_line(wiretape(*command, cwd=tmp_path), run, *words)
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_trigger_is_refused_and_cannot_make_a_replay_pass(
+        hostile: tuple[Path, Path], tmp_path: Path) -> None:
+    project, run = hostile
+    alter(run, "CREATE TRIGGER pass_everything AFTER INSERT ON replay_requests BEGIN "
+               "UPDATE replay_requests SET kind = 'exact', served = 1; END")
+    replay_refused(project, run, tmp_path, "trigger 'pass_everything'")
+    shown_refused(run, tmp_path, "trigger 'pass_everything'")
+
+
+def test_a_recursive_view_in_place_of_a_table_is_refused_at_once(
+        hostile: tuple[Path, Path], tmp_path: Path) -> None:
+    project, run = hostile
+    alter(run, "DROP TABLE exchanges",
+          "CREATE VIEW exchanges AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL "
+          "SELECT n + 1 FROM r) SELECT n AS seq FROM r")
+    started = time.monotonic()
+    shown_refused(run, tmp_path, "view 'exchanges'")
+    replay_refused(project, run, tmp_path, "view 'exchanges'")
+    # four processes, each refusing before it reads a row: no spin
+    assert time.monotonic() - started < 30
+
+
+def bomb(size: int, *, declared: bool) -> bytes:
+    """``size`` zero bytes compressed, made a piece at a time (the test
+    itself never holds them); ``declared``: the frame states its size."""
+    compressor = zstandard.ZstdCompressor(level=3, write_content_size=declared)
+    stream = compressor.compressobj(size=size if declared else -1)
+    piece = bytes(1 << 20)
+    out = [stream.compress(piece) for _ in range(size >> 20)]
+    return b"".join(out) + stream.flush()
+
+
+PEAK_RSS = textwrap.dedent('''
+    import resource, subprocess, sys
+    done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+    sys.stdout.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + "\\n")
+    sys.stdout.write(str(done.returncode) + "\\n" + done.stderr)
+''')
+
+
+def show_with_peak_rss(run: Path, tmp_path: Path) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """``wiretape show RUN`` run by a process of its own, so its peak RSS
+    (kB) is that of the show alone."""
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS, sys.executable, "-m", "wiretape",
+                           "show", str(run)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    peak, code, stderr = done.stdout.split("\n", 2)
+    return int(peak), subprocess.CompletedProcess(done.args, int(code), "", stderr)
+
+
+@pytest.mark.parametrize(("declared_size", "frame_says", "said"), [
+    (512 * 1024 * 1024, True, "more than the 268435456 bytes wiretape reads back"),
+    (4 * 1024 ** 3, False, "more than the 268435456 bytes wiretape reads back"),
+    (200, False, "decompresses to more"),
+    (200, True, "its compressed frame says 536870912"),
+])
+def test_a_zstd_bomb_is_refused_in_bounded_memory(
+        hostile: tuple[Path, Path], tmp_path: Path, declared_size: int, frame_says: bool,
+        said: str) -> None:
+    project, run = hostile
+    payload = bomb(512 * 1024 * 1024, declared=frame_says)
+    assert len(payload) < 200_000  # small on disk
+    with sqlite3.connect(run) as db:
+        (digest,) = db.execute("SELECT response_body FROM exchanges ORDER BY seq").fetchone()
+    alter(run, "UPDATE blobs SET codec = 'zstd', size = ?, data = ? WHERE hash = ?",
+          params=(declared_size, payload, digest))
+    peak_kb, done = show_with_peak_rss(run, tmp_path)
+    one_line(done, run, said)
+    assert peak_kb < 200 * 1024, f"show peaked at {peak_kb // 1024} MB"
+    replay_refused(project, run, tmp_path, said)
+
+
+@pytest.mark.parametrize(("statements", "said"), [
+    (("CREATE TABLE notes (x)",), "a table 'notes' wiretape never makes"),
+    (("ALTER TABLE exchanges ADD COLUMN note TEXT",),
+     "its table 'exchanges' is not defined as wiretape defines it"),
+    (("CREATE INDEX by_origin ON exchanges (origin)",), "an index 'by_origin'"),
+])
+def test_an_extra_table_column_or_index_is_refused(
+        hostile: tuple[Path, Path], tmp_path: Path, statements: tuple[str, ...],
+        said: str) -> None:
+    project, run = hostile
+    alter(run, *statements)
+    replay_refused(project, run, tmp_path, said)
+    shown_refused(run, tmp_path, said)
+
+
+@pytest.mark.parametrize(("statement", "said"), [
+    ("UPDATE exchanges SET started_at_ns = 'yesterday'", "its start is text, not an integer"),
+    ("UPDATE exchanges SET method = 'POST'", "its method is text, not bytes"),
+    ("UPDATE snapshot_entries SET mode = 9223372036854775807",
+     "its mode is 9223372036854775807, outside 0..4095"),
+    ("UPDATE exchanges SET response_headers = NULL", "its response headers is NULL"),
+    ("UPDATE meta SET value = '{\"not\": \"a list\"}' WHERE key = 'argv'",
+     "metadata 'argv' is an object, not a list"),
+])
+def test_a_stored_value_of_the_wrong_type_is_refused(
+        hostile: tuple[Path, Path], tmp_path: Path, statement: str, said: str) -> None:
+    project, run = hostile
+    alter(run, statement)
+    replay_refused(project, run, tmp_path, said)
+    if "snapshot" not in statement:  # show and report do not read snapshots
+        shown_refused(run, tmp_path, said, verdict="argv" in statement)
+
+
+def test_a_newer_schema_names_both_versions(hostile: tuple[Path, Path], tmp_path: Path) -> None:
+    from wiretape.store.schema import SCHEMA_VERSION
+
+    project, run = hostile
+    alter(run, f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    said = (f"schema version {SCHEMA_VERSION + 1}", f"reads up to {SCHEMA_VERSION}")
+    replay_refused(project, run, tmp_path, *said)
+    shown_refused(run, tmp_path, *said)

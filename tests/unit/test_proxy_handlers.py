@@ -349,8 +349,9 @@ class Replaying:
 
 @contextlib.asynccontextmanager
 async def replaying(path: Path, mode: Mode, *, base: str = "/v1") -> AsyncIterator[Replaying]:
-    """A replayer of the run at ``path`` in ``mode``, its log written to the file."""
-    run = open_run(path)
+    """A replayer of the run at ``path`` in ``mode``, its log written to a
+    folder of replay logs beside it."""
+    run = open_run(path, replay_logs=path.parent / "replays")
     run.prepare_for_writes()
     stops: list[str] = []
     replayer = Replayer(run, run.exchanges(), Policy(mode=mode), on_stop=stops.append)
@@ -365,7 +366,7 @@ async def replaying(path: Path, mode: Mode, *, base: str = "/v1") -> AsyncIterat
 
 def logged(path: Path, replay_id: str) -> list[tuple[int, str, int | None, bool, str]]:
     """The replay log as stored: (index, kind, seq, served, target) per request."""
-    with open_run(path) as run:
+    with open_run(path, replay_logs=path.parent / "replays") as run:
         return [(r["index"], r["kind"], r["seq"], r["served"], r["target"])
                 for r in run.replay_requests(replay_id)]
 

@@ -123,7 +123,7 @@ def test_create_refuses_to_overwrite(tmp_path: Path) -> None:
     assert (tmp_path / "r.wtape").read_bytes() == b"precious"
 
 
-def test_a_version_1_file_migrates_to_the_current_schema(tmp_path: Path) -> None:
+def test_a_version_1_file_is_read_as_it_is_and_never_written(tmp_path: Path) -> None:
     run = RunFile.create(tmp_path / "v1.wtape", INFO)
     run.write_exchange(exchange(0, b"{}"))
     run.close(compact=True)
@@ -134,11 +134,30 @@ def test_a_version_1_file_migrates_to_the_current_schema(tmp_path: Path) -> None
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()
-    with open_run(tmp_path / "v1.wtape") as migrated:
-        assert migrated.exchanges() == [exchange(0, b"{}")]
-        assert migrated.snapshots() == [] and migrated.outcome_changes() == {}
-    db = sqlite3.connect(tmp_path / "v1.wtape")
+    before = (tmp_path / "v1.wtape").read_bytes()
+    with open_run(tmp_path / "v1.wtape", replay_logs=tmp_path / "replays") as old:
+        assert old.exchanges() == [exchange(0, b"{}")]
+        assert old.snapshots() == [] and old.outcome_changes() == {}
+        assert old.replays() == []
+    assert (tmp_path / "v1.wtape").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v1.wtape"]
+
+
+def test_a_version_1_file_migrates_in_one_transaction(tmp_path: Path) -> None:
+    """Migrating (a connection that writes) brings the file to the current
+    version with its version bump in the same transaction."""
+    run = RunFile.create(tmp_path / "v1.wtape", INFO)
+    run.close(compact=True)
+    db = sqlite3.connect(tmp_path / "v1.wtape", isolation_level=None)
+    db.executescript(
+        "DROP TABLE snapshots; DROP TABLE snapshot_entries; DROP TABLE outcome_changes;"
+        "PRAGMA user_version = 1;"
+    )
+    assert schema.migrate(db, tmp_path / "v1.wtape") == 1
     assert db.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    db.close()
+    with open_run(tmp_path / "v1.wtape") as migrated:
+        assert migrated.snapshots() == []
 
 
 def test_snapshots_round_trip(tmp_path: Path) -> None:

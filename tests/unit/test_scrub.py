@@ -59,14 +59,18 @@ def _old_run(path: Path) -> None:
                     len(after), False,
                     f"+more {KEY.decode()}\n")
     run.set_outcome_changes(sid, [change], {"notes.txt": after})
-    run.start_replay("rpl_000000000001", "strict", {
-        "pace": "fast", "argv": ["agent", KEY.decode()], "cwd": "/tmp/project",
-        "allow_substitutions": False, "substitutions": [], "sandbox": None, "paths": "none",
-        "ports": {}})
-    run.finish_replay("rpl_000000000001", 0, b"replayed " + KEY, b"", {})
     run.set_connect_report({"intercepted": {}, "rejected": {"h": f"bad {KEY.decode()}"},
                             "tunnels": [], "refused": {}})
     run.close(compact=True)
+    # A replay kept inside the file, as wiretape did before replay logs.
+    settings = {"pace": "fast", "argv": ["agent", KEY.decode()], "cwd": "/tmp/project",
+                "allow_substitutions": False, "substitutions": [], "sandbox": None,
+                "paths": "none", "ports": {}}
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO replays (id, started_at_ns, ended_at_ns, mode, settings,"
+                   " exit_status, stdout, stderr, outcome) VALUES (?, 1, 2, 'strict', ?, 0, ?,"
+                   " x'', '{}')", ("rpl_000000000001", json.dumps(settings), b"replayed " + KEY))
+    db.close()
 
 
 def test_scan_finds_every_place_without_changing_the_run(tmp_path: Path) -> None:

@@ -7,16 +7,20 @@ summaries of unused exchanges ``wiretape.inspect.summary``'s.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from wiretape.inspect.summary import request_summary
 from wiretape.playback.verdict import ExchangeSummary, Verdict, compute
 from wiretape.store.runfile import RunFile
 
 
-def verdict_of(run: RunFile, replay_id: str | None = None) -> Verdict | None:
+def verdict_of(run: RunFile, replay_id: str | None = None, *,
+               source: Path | None = None) -> Verdict | None:
     """The verdict of ``replay_id`` (default: the latest replay), also for a
     replay whose process was killed (``complete`` is then False); None when
-    the run has no such replay."""
-    replays = run.replays()
+    the run has no such replay. ``source``: only replays of the run file at
+    that path, from the replay log (never a verdict the file carries)."""
+    replays = run.replays(source=source)
     if not replays:
         return None
     chosen = next((r for r in replays if r["id"] == replay_id), None) if replay_id else replays[-1]

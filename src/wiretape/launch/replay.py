@@ -412,7 +412,8 @@ class _Replay:
     interrupts: Interrupts | None = None
 
     def start(self) -> None:
-        """Begin the replay in the run file, with how it is served."""
+        """Begin the replay in the run's replay log, with how it is served
+        (serving only: once it has answered a request)."""
         settings = self.settings
         rules = self.replayer.redactor.rules
         self.run.start_replay(self.replayer.replay_id, settings.mode.value, {
@@ -423,7 +424,7 @@ class _Replay:
                               for s in self.policy.substitutions],
             "sandbox": str(self.sandbox.root) if self.sandbox else None,
             "paths": self.launch.mode, "ports": {o.name: o.port for o in self.origins},
-        })
+        }, serve_only=self.command is None)
 
 
 async def _prepare_replay(
@@ -598,7 +599,8 @@ async def _judge_replay(session: _Replay) -> None:
             lambda _sid, _path, digest: run.content(digest),
             lambda sid, path, _digest: box.content(sid, path), since=since)
     outcome["isolation"] = isolation_facet(launch, settings, dns)
-    outcome["sandbox"] = {"same": None, "paths": launch.mode, "notes": launch.notes,
+    outcome["sandbox"] = {"same": None, "paths": launch.mode,
+                          "notes": launch.notes + run.replay_log_notes(),
                           "kept": str(sandbox.root) if sandbox and settings.keep else None}
     if session.connect is not None:
         outcome["intercept"] = {"same": None, **session.connect.report.to_json()}

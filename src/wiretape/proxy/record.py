@@ -25,6 +25,7 @@ from wiretape.errors import RunFileWriteError, write_failure_reason
 from wiretape.model import Ending, Exchange, Frame, Request, Response
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import upstream
+from wiretape.proxy.hop import ClientHead, Framing
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.redaction import STANDARD, Rules, redact_exchange
@@ -114,16 +115,24 @@ class Recorder:
             reason = origin_resp.extensions.get("reason_phrase", b"") or b""
             version = origin_resp.http_version.removeprefix("HTTP/").encode()
             client_ok = True
+            left: int | None = None  # bytes until a Content-Length body ends
+            held = b""  # its last byte, sent once the exchange is committed
             try:
-                await conn.send_head(origin_resp.status_code, reason, raw_headers)
+                head = await conn.send_head(origin_resp.status_code, reason, raw_headers)
+                left = _declared_length(head)
             except ClientGone:
                 client_ok, ending = False, Ending.CLIENT_GONE
             try:
                 if client_ok:
                     async for chunk in origin_resp.aiter_raw():
                         frames.append(Frame(time.monotonic_ns() - t0, chunk))
+                        relayed = chunk
+                        if left is not None:
+                            if len(chunk) == left:
+                                relayed, held = chunk[:-1], chunk[-1:]
+                            left -= len(chunk)
                         try:
-                            await conn.send_data(chunk)
+                            await conn.send_data(relayed)
                         except ClientGone:
                             ending = Ending.CLIENT_GONE
                             break
@@ -147,10 +156,21 @@ class Recorder:
                 origin_resp.status_code, reason, raw_headers, tuple(frames), version
             )
             if ending is Ending.COMPLETE:
+                # The client reads the end of the response (the terminating
+                # chunk, or a body's last byte) only once the exchange is
+                # committed: a SIGKILL may lose an exchange whose end the
+                # agent never saw, never one whose end it saw.
+                await self._store_now(Exchange(seq, connection_id, origin, wall, request,
+                                               response, ending, ttfb,
+                                               time.monotonic_ns() - t0, error))
+                if self.write_failure is not None:  # not on disk: cut the client off
+                    await conn.abort()
+                    return
                 with contextlib.suppress(ClientGone):
+                    await conn.send_data(held)
                     await conn.end()
-            else:
-                await conn.abort()
+                return
+            await conn.abort()
         duration = time.monotonic_ns() - t0
         exchange = Exchange(seq, connection_id, origin, wall, request, response, ending,
                             ttfb, duration, error)
@@ -168,12 +188,18 @@ class Recorder:
             await conn.send_data(body)
             await conn.end()
 
-    def _schedule_store(self, exchange: Exchange) -> None:
+    def _schedule_store(self, exchange: Exchange) -> asyncio.Task[None]:
         """Store off the client's path: the next request on this connection
         need not wait for the commit."""
         task = asyncio.create_task(self._store(exchange), name=f"wiretape-store-{exchange.seq}")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+        return task
+
+    async def _store_now(self, exchange: Exchange) -> None:
+        """Store and wait for the commit (the store goes on, and ``aclose``
+        waits for it, if this task is cancelled meanwhile)."""
+        await asyncio.shield(self._schedule_store(exchange))
 
     def _redact_and_write(self, exchange: Exchange) -> Exchange:
         """Redact (CPU work: a coded body is undone and done again) and
@@ -202,3 +228,11 @@ class Recorder:
             )
         if self._on_exchange is not None:
             self._on_exchange(stored)
+
+
+def _declared_length(head: ClientHead) -> int | None:
+    """The body length the client was told (Content-Length framing), else None."""
+    if head.framing is not Framing.LENGTH:
+        return None
+    value = next((v for k, v in head.headers if k.lower() == b"content-length"), b"")
+    return int(value) if value.strip().isdigit() else None

@@ -214,7 +214,7 @@ def scrub_run(path: Path, rules: Rules, labels: Sequence[str], *, out: Path | No
     try:
         rewrite(Path(path), tmp, scrubber)
         report = _report(target, scrubber)
-        with RunFile.open(tmp) as copy:
+        with RunFile.open(tmp, write=True) as copy:
             # Replays read the sandbox as the snapshot now is: what was
             # dropped is not looked at after the agent ran either.
             kept = SnapshotPolicy(include=tuple(include), binary=old.binary)

@@ -5,6 +5,9 @@ zstd; when a reference blob is given (the previous request body: agents
 resend their growing conversation), that blob's bytes are the compression
 dictionary, so a request that extends the previous one costs about its new
 bytes. Reference chains are capped so reading stays cheap.
+
+Reading back is bounded whatever the file says (:func:`get`): a run file is
+untrusted input.
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ import zstandard
 
 MAX_REF_DEPTH = 32
 _MIN_COMPRESS = 64  # bytes; below this zstd framing costs more than it saves
+#: The largest body read back (uncompressed bytes): above a snapshot's whole
+#: default limit and four times the default request body limit.
+MAX_BLOB_BYTES = 256 * 1024 * 1024
+_MAX_WINDOW = 1 << 27  # zstd's own default limit, said here: no frame may ask for more
+_CHUNK = 1 << 20
 
 
 def blob_hash(data: bytes) -> str:
@@ -51,29 +59,105 @@ def put(db: sqlite3.Connection, data: bytes, ref: str | None = None) -> str:
     return digest
 
 
-def get(db: sqlite3.Connection, digest: str, cache: dict[str, bytes] | None = None) -> bytes:
-    """The bytes stored under ``digest``. Raises KeyError when absent."""
+class BlobError(ValueError):
+    """A stored body that cannot be read back as it claims: too large,
+    another length than stored, a broken chain, bytes that are not its hash."""
+
+
+def get(db: sqlite3.Connection, digest: str, cache: dict[str, bytes] | None = None, *,
+        limit: int = MAX_BLOB_BYTES) -> bytes:
+    """The bytes stored under ``digest``, at most ``limit`` of them.
+
+    A run file is untrusted: the declared size is checked against the limit
+    before anything is decompressed, decompression streams and stops at the
+    declared size (a zstd bomb costs at most ``limit`` bytes), a dictionary
+    chain is followed at most MAX_REF_DEPTH links whatever the file says,
+    and what comes out must have the declared size and hash. Raises KeyError
+    when absent, BlobError when it cannot be read.
+    """
+    return _get(db, digest, cache, limit, set())
+
+
+def _get(db: sqlite3.Connection, digest: str, cache: dict[str, bytes] | None, limit: int,
+         chain: set[str]) -> bytes:
     if cache is not None and digest in cache:
         return cache[digest]
+    if len(chain) > MAX_REF_DEPTH:
+        raise BlobError(f"body {_short(digest)} is compressed against a chain of more than "
+                        f"{MAX_REF_DEPTH} bodies")
+    if digest in chain:
+        raise BlobError(f"body {_short(digest)} is compressed against itself")
     row = db.execute(
         "SELECT size, codec, ref, data FROM blobs WHERE hash = ?", (digest,)
     ).fetchone()
     if row is None:
         raise KeyError(digest)
     size, codec, ref, payload = row
+    if type(size) is not int or size < 0:
+        raise BlobError(f"body {_short(digest)} has no valid size ({_kind(size)})")
+    if not isinstance(payload, bytes):
+        raise BlobError(f"body {_short(digest)} is stored as {_kind(payload)}, not bytes")
+    if size > limit:
+        raise BlobError(f"body {_short(digest)} says it is {size} bytes, more than the "
+                        f"{limit} bytes wiretape reads back")
     if codec == "raw":
-        data = bytes(payload)
-    elif codec == "zstd":
-        data = zstandard.ZstdDecompressor().decompress(payload, max_output_size=size)
-    elif codec == "zstd-ref":
-        dictionary = zstandard.ZstdCompressionDict(
-            get(db, ref, cache), dict_type=zstandard.DICT_TYPE_RAWCONTENT
-        )
-        data = zstandard.ZstdDecompressor(dict_data=dictionary).decompress(
-            payload, max_output_size=size
-        )
+        if len(payload) != size:
+            raise BlobError(f"body {_short(digest)} says it is {size} bytes but {len(payload)} "
+                            "are stored")
+        data = payload
+    elif codec in ("zstd", "zstd-ref"):
+        dictionary = None
+        if codec == "zstd-ref":
+            if not isinstance(ref, str):
+                raise BlobError(f"body {_short(digest)} names no dictionary body")
+            dictionary = zstandard.ZstdCompressionDict(
+                _get(db, ref, cache, limit, chain | {digest}),
+                dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+        data = _decompress(payload, size, dictionary, digest)
     else:
-        raise ValueError(f"unknown blob codec {codec!r}")
+        raise BlobError(f"body {_short(digest)} has an unknown codec ({_kind(codec)})")
+    if blob_hash(data) != digest:
+        raise BlobError(f"body {_short(digest)} does not have the hash it is stored under")
     if cache is not None:
         cache[digest] = data
     return data
+
+
+def _decompress(payload: bytes, size: int, dictionary: zstandard.ZstdCompressionDict | None,
+                digest: str) -> bytes:
+    try:
+        declared = zstandard.frame_content_size(payload)
+    except zstandard.ZstdError as exc:
+        raise BlobError(f"body {_short(digest)} is not zstd data ({exc})") from exc
+    if declared not in (-1, size):  # -1: the frame does not say
+        raise BlobError(f"body {_short(digest)} says it is {size} bytes but its compressed "
+                        f"frame says {declared}")
+    decompressor = (zstandard.ZstdDecompressor(dict_data=dictionary, max_window_size=_MAX_WINDOW)
+                    if dictionary is not None
+                    else zstandard.ZstdDecompressor(max_window_size=_MAX_WINDOW))
+    out = bytearray()
+    try:
+        with decompressor.stream_reader(payload, read_across_frames=True) as reader:
+            while len(out) <= size:
+                chunk = reader.read(min(_CHUNK, size + 1 - len(out)))
+                if not chunk:
+                    break
+                out += chunk
+    except zstandard.ZstdError as exc:
+        raise BlobError(f"body {_short(digest)} cannot be decompressed ({exc})") from exc
+    if len(out) != size:
+        more = "more" if len(out) > size else str(len(out))
+        raise BlobError(f"body {_short(digest)} says it is {size} bytes but decompresses to "
+                        f"{more}")
+    return bytes(out)
+
+
+def _short(digest: object) -> str:
+    return str(digest)[:12]
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "NULL"
+    return {int: "an integer", float: "a real", str: "text", bytes: "bytes"}.get(
+        type(value), type(value).__name__)

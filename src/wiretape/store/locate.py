@@ -1,4 +1,5 @@
-"""Where run files live and how a run id or path is resolved to one."""
+"""Where run files and replay logs live, and how a run id or path is
+resolved to a run file."""
 
 from __future__ import annotations
 
@@ -22,6 +23,32 @@ def runs_dir(base: Path | None = None) -> Path:
     """The default folder of run files: ``$WIRETAPE_HOME`` or ``./.wiretape``, plus ``runs``."""
     root = Path(os.environ.get("WIRETAPE_HOME", "")) if os.environ.get("WIRETAPE_HOME") else None
     return (root or (base or Path.cwd()) / DEFAULT_STORE) / "runs"
+
+
+def replay_logs_dir() -> Path:
+    """Where replay logs are kept: ``$WIRETAPE_HOME/replays`` when the store
+    is moved there, else the user's own state folder
+    (``$XDG_STATE_HOME/wiretape/replays``, by default
+    ``~/.local/state/wiretape/replays``): outside every working tree, and
+    the same from any directory."""
+    home = os.environ.get("WIRETAPE_HOME")
+    if home:
+        return Path(home) / "replays"
+    state = os.environ.get("XDG_STATE_HOME")
+    if not state:
+        try:
+            state = str(Path.home() / ".local" / "state")
+        except RuntimeError:  # no home directory at all
+            return runs_dir().parent / "replays"
+    return Path(state) / "wiretape" / "replays"
+
+
+def replay_log_path(run_id: object, run_hash: str, folder: Path | None = None) -> Path:
+    """The replay log of a run: ``<run-id>.replays`` in ``folder`` (default
+    :func:`replay_logs_dir`), named by the run's content hash when its id is
+    not one wiretape makes (the id comes from the file)."""
+    name = run_id if isinstance(run_id, str) and _RUN_ID.match(run_id) else "run_" + run_hash[:16]
+    return (folder if folder is not None else replay_logs_dir()) / f"{name}.replays"
 
 
 def store_paths(run_path: Path) -> frozenset[Path]:

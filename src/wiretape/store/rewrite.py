@@ -77,11 +77,11 @@ def rewrite(src_path: Path, dst_path: Path, rw: Rewriter) -> None:
     """Write a copy of the run at ``src_path`` to ``dst_path`` (a new file,
     fsynced) with every stored value passed through ``rw``. Raises
     RunFileError."""
-    with RunFile.open(src_path) as checked:  # migrated forward, WAL folded back
-        checked.info()
-        checked.close(compact=True)
+    # Read-only and its schema checked; an older version read as it is.
+    reader = RunFile.open(src_path)
+    reader.info()
+    src = reader.connection
     try:
-        src = sqlite3.connect(f"file:{src_path}?mode=ro", uri=True, check_same_thread=False)
         fd = os.open(dst_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         os.close(fd)
         dst = sqlite3.connect(dst_path, isolation_level=None, check_same_thread=False)
@@ -89,9 +89,9 @@ def rewrite(src_path: Path, dst_path: Path, rw: Rewriter) -> None:
         dst.execute("PRAGMA synchronous = OFF")  # one fsync of the whole file at the end
         schema.create(dst)
     except (OSError, sqlite3.Error) as exc:
+        reader.close()
         raise RunFileError(dst_path, str(exc)) from exc
-    reader = RunFile(src_path, src)
-    writer = RunFile(dst_path, dst)
+    writer = RunFile(dst_path, dst, writable=True)
     try:
         with dst:
             _copy_meta(src, dst, rw)
@@ -104,13 +104,18 @@ def rewrite(src_path: Path, dst_path: Path, rw: Rewriter) -> None:
                 [(f.location, f.name, f.fingerprint) for seq, f in reader.redactions()
                  if seq is None]
                 + [(f.location, f.name, f.fingerprint) for f in rw.run_facts()])
-    except (sqlite3.Error, KeyError, ValueError) as exc:
+    except RunFileError:
         dst.close()
-        src.close()
+        reader.close()
+        os.unlink(dst_path)
+        raise
+    except (sqlite3.Error, KeyError, ValueError, TypeError) as exc:
+        dst.close()
+        reader.close()
         os.unlink(dst_path)
         raise RunFileError(src_path, f"{exc}; the file is damaged") from exc
     dst.close()
-    src.close()
+    reader.close()
     with open(dst_path, "rb") as fh:
         os.fsync(fh.fileno())
 

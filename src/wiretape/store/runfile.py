@@ -1,29 +1,38 @@
 """Opening, writing and reading run files (DESIGN.md, "The run file").
 
 Owns the mapping between model values and rows. Each exchange is written in
-one transaction when it ends, so a SIGKILL loses at most the exchanges in
-flight. While a run is being written the file is in WAL mode; a clean close
-checkpoints it back into one self-contained file.
+one transaction when it ends (``BEGIN IMMEDIATE`` … ``COMMIT``), so a
+SIGKILL loses at most the exchanges in flight and a write that fails half
+way leaves nothing of its exchange. While a run is being written the file
+is in WAL mode; a clean close checkpoints it back into one self-contained
+file.
 
-A run file is untrusted input: nothing read from it is executed.
+A run file is untrusted input: it is opened read-only, its schema must be
+exactly one wiretape wrote before anything else is read, nothing read from
+it is executed, every stored value is checked before it becomes a model
+value, and every body is read back within bounds (``store.blobs``). A
+replay's log is kept beside the run, never in it (``store.replaylog``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import json
 import os
+import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast, get_type_hints
 
 import zstandard
 
-from wiretape.errors import RunFileError, RunFileWriteError, write_failure_reason
+from wiretape.errors import RunFileError
 from wiretape.model import (
     ConnectReportJSON,
     Ending,
@@ -46,7 +55,14 @@ from wiretape.model import (
     SnapshotPolicyJSON,
 )
 from wiretape.snapshot.tree import Change, ChangeJSON, Entry
-from wiretape.store import blobs, schema
+from wiretape.store import blobs, schema, shapes
+from wiretape.store.database import connect_read, connect_write, transaction
+from wiretape.store.locate import replay_log_path
+from wiretape.store.replaylog import LogError, ReplayLog, replay_record, request_row
+
+_ENDINGS = tuple(e.value for e in Ending)
+_KINDS = ("file", "dir", "symlink")
+_CHANGES = ("added", "modified", "deleted")
 
 
 def _path_to_sql(path: str) -> str | bytes:
@@ -60,58 +76,108 @@ def _path_to_sql(path: str) -> str | bytes:
     return path
 
 
-def _path_from_sql(value: str | bytes) -> str:
-    """A file name as :func:`_path_to_sql` stored it."""
-    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+def _stored_path(value: object, what: str) -> str:
+    """A file name as :func:`_path_to_sql` stored it: text, or the bytes of
+    a name that is not UTF-8. Raises shapes.StoredValueError for anything
+    else."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return shapes.text(value, what)
 
 
 def _headers_to_json(headers: Headers) -> str:
     return json.dumps([[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers])
 
 
-def _headers_from_json(text: str) -> Headers:
-    return tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in json.loads(text))
+def _headers_from_json(value: object, what: str) -> Headers:
+    pairs = shapes.json_value(value, list[list[str]], what)
+    out = []
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise shapes.StoredValueError(f"{what}[{i}] is not a name and a value")
+        try:
+            out.append((pair[0].encode("latin-1"), pair[1].encode("latin-1")))
+        except UnicodeEncodeError as exc:
+            raise shapes.StoredValueError(f"{what}[{i}] is not latin-1 text") from exc
+    return tuple(out)
 
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+#: What reading a damaged or hostile file may raise below the run file's
+#: own checks; each becomes one RunFileError line naming the file.
+_DAMAGE = (sqlite3.DatabaseError, zstandard.ZstdError, KeyError, ValueError, TypeError,
+           OverflowError, RecursionError, UnicodeError, LogError)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters (stored text quoted in a message may
+    hold any) written as escapes: an error stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _as_input_error(path: Path, exc: BaseException) -> RunFileError:
+    if isinstance(exc, LogError):
+        return RunFileError(path, _one_line(str(exc)))
+    if isinstance(exc, KeyError):
+        reason = f"it names a body it does not hold ({str(exc.args[0])[:12]!r})"
+    elif isinstance(exc, sqlite3.DatabaseError | zstandard.ZstdError | ValueError):
+        reason = str(exc)
+    else:
+        reason = f"a stored value cannot be read ({type(exc).__name__}: {exc})"
+    return RunFileError(path, _one_line(f"{reason}; the file is damaged or was edited (record "
+                                        "the run again, or ask its author for the original)"))
+
 
 def _damage_is_an_input_error(
         method: Callable[Concatenate[RunFile, P], R]) -> Callable[Concatenate[RunFile, P], R]:
-    """Turn a damaged page or blob met after opening into a RunFileError
-    naming the file, instead of a traceback."""
+    """Turn a damaged page, a bad stored value or a body that cannot be read
+    back, met after opening, into a RunFileError naming the file, instead of
+    a traceback."""
 
     @functools.wraps(method)
     def wrapper(self: RunFile, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(self, *args, **kwargs)
-        except (sqlite3.DatabaseError, zstandard.ZstdError, KeyError, ValueError) as exc:
-            raise RunFileError(self.path, f"{exc}; the file is damaged") from exc
+        except RunFileError:
+            raise
+        except _DAMAGE as exc:
+            raise _as_input_error(self.path, exc) from exc
 
     return wrapper
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-    db.execute("PRAGMA busy_timeout = 30000")
-    return db
+def _meta_shapes() -> dict[str, Any]:
+    hints = get_type_hints(RunMeta)
+    hints["extra"] = dict[str, str]
+    return hints
+
+
+_META = _meta_shapes()
 
 
 class RunFile:
-    """A run file opened for reading and (for the owner) writing.
+    """A run file opened for reading, or created for writing.
 
     Use ``RunFile.create(path, info)`` to start a recording and
-    ``open_run(path)`` for everything else. All methods are safe to call from
-    one thread at a time (a lock serialises them).
+    ``open_run(path)`` for everything else: it opens the file read-only.
+    All methods are safe to call from one thread at a time (a lock
+    serialises them).
     """
 
-    def __init__(self, path: Path, db: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, db: sqlite3.Connection, *, writable: bool,
+                 replay_logs: Path | None = None) -> None:
         self.path = path
         self._db = db
+        self._writable = writable
+        self._replay_logs = replay_logs
         self._lock = threading.RLock()
         self._cache: dict[str, bytes] = {}
         self._last_request_blob: str | None = None
+        self._log: ReplayLog | None = None
+        self._content_hash: str | None = None
+        self._log_note: str | None = None
 
     # -- opening -----------------------------------------------------------
 
@@ -119,32 +185,55 @@ class RunFile:
     def create(cls, path: Path, info: RunInfo) -> RunFile:
         """Create a new run file at ``path`` (its directory is made).
 
-        Raises RunFileError when the path exists or cannot be written.
+        The file appears only once its schema and ``info`` are in it: it is
+        made under a hidden name beside ``path`` and linked into place, so a
+        process killed while creating leaves no half-made run. Raises
+        RunFileError when the path exists or cannot be written.
         """
         path = Path(path)
+        exists = RunFileError(
+            path, "it already exists and is never overwritten; choose another -o path")
+        if path.exists() or path.is_symlink():
+            raise exists
+        partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            fd = os.open(partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
             os.close(fd)
-            db = _connect(path)
+            db = connect_write(partial)
+            try:
+                with transaction(db):
+                    schema.create(db)
+                    _write_meta(db, _info_meta(info))
+                    _write_origins(db, info.origins)
+            finally:
+                db.close()
+            _link_new(partial, path)
+            db = connect_write(path)
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
-            schema.create(db)
         except FileExistsError as exc:
-            raise RunFileError(
-                path, "it already exists and is never overwritten; choose another -o path"
-            ) from exc
+            raise exists from exc
         except (OSError, sqlite3.Error) as exc:
-            raise RunFileError(path, str(exc)) from exc
-        run = cls(path, db)
-        run._write_info(info)
-        return run
+            raise RunFileError(path, getattr(exc, "strerror", None) or str(exc)) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+        return cls(path, db, writable=True)
 
     @classmethod
-    def open(cls, path: Path) -> RunFile:
-        """Open an existing run file, migrating it forward if needed.
+    def open(cls, path: Path, *, replay_logs: Path | None = None,
+             write: bool = False) -> RunFile:
+        """Open an existing run file to read it. Nothing is written to it;
+        an older schema version is read as it is (``schema.later_tables``).
+        ``write``: to write it as well (a file wiretape has just made, such
+        as a scrubbed copy): its schema is checked, and an older one
+        migrated, in one transaction.
 
-        Raises RunFileError (or SchemaTooNew) when it cannot be read.
+        ``replay_logs``: the folder of replay logs (default
+        ``store.locate.replay_logs_dir()``, looked up when first needed).
+        Raises RunFileError (or SchemaTooNew) when the file
+        cannot be read, or is not exactly what wiretape writes.
         """
         path = Path(path)
         if not path.is_file():
@@ -154,36 +243,69 @@ class RunFile:
                 magic = fh.read(16)
             if magic != b"SQLite format 3\x00":
                 raise RunFileError(path, "it is not a wiretape run file (not SQLite)")
-            db = _connect(path)
-            schema.migrate(db, path)
-            db.execute("SELECT count(*) FROM exchanges").fetchone()
+            if write:
+                db = connect_write(path)
+                try:
+                    schema.migrate(db, path)
+                except BaseException:
+                    db.close()
+                    raise
+                return cls(path, db, writable=True, replay_logs=replay_logs)
+            db = connect_read(path)
+            try:
+                version = schema.check(db, path)
+                for stmt in schema.later_tables(version):
+                    db.execute(stmt)
+                db.execute("PRAGMA query_only = ON")
+            except BaseException:
+                db.close()
+                raise
         except RunFileError:
             raise
         except (OSError, sqlite3.Error) as exc:
-            raise RunFileError(path, f"{exc}; the file may be damaged") from exc
-        return cls(path, db)
+            raise RunFileError(path, f"{getattr(exc, 'strerror', None) or exc}; the file may "
+                                     "be damaged") from exc
+        return cls(path, db, writable=False, replay_logs=replay_logs)
 
     def prepare_for_writes(self) -> None:
-        """Switch an opened file to WAL with NORMAL sync for a replay's log:
-        each row survives a killed process without an fsync per row. A
-        ``close(compact=True)`` folds it back into one file."""
+        """Open this run's replay log for writing (a replay is about to
+        start). The run file itself is never written by a replay: the log
+        lives in the folder of replay logs (``store.replaylog``). When that
+        cannot be written (or holds a log wiretape did not write), the log
+        is kept in memory for this process only (:meth:`replay_log_notes`
+        says so)."""
         with self._lock:
+            log = self._replay_log()
             try:
-                self._db.execute("PRAGMA journal_mode = WAL")
-                self._db.execute("PRAGMA synchronous = NORMAL")
-            except sqlite3.Error as exc:
-                raise RunFileWriteError(self.path, f"{write_failure_reason(exc)} (for the "
-                                                   "replay log)") from exc
+                log.check_writable()
+            except LogError as exc:
+                self._log = ReplayLog(None, log.run_hash)
+                self._log_note = (f"wiretape: this replay's verdict is not kept: {exc}; "
+                                  "set WIRETAPE_HOME to a folder you can write")
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The SQLite connection, for a copy made table by table
+        (``store.rewrite``): read-only, and its schema checked, when the
+        file was opened to read."""
+        return self._db
+
+    def replay_log_notes(self) -> tuple[str, ...]:
+        """What to tell about where this run's replay log went, if anything."""
+        return (self._log_note,) if self._log_note else ()
 
     def close(self, *, compact: bool = False) -> None:
-        """Close; with ``compact`` fold the WAL back so the file stands alone."""
+        """Close; with ``compact`` (a file being written) fold the WAL back
+        so the file stands alone."""
         with self._lock:
-            if compact:
+            if compact and self._writable:
                 try:
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                     self._db.execute("PRAGMA journal_mode = DELETE")
                 except sqlite3.Error:
                     pass  # another reader holds it; the WAL is folded in on its close
+            if self._log is not None:
+                self._log.close()
             self._db.close()
 
     def __enter__(self) -> RunFile:
@@ -197,39 +319,32 @@ class RunFile:
     ) -> None:
         self.close()
 
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One transaction on a file being written: all of it or none."""
+        if not self._writable:
+            raise RunFileError(self.path, "it was opened for reading; a run file is written "
+                                          "only while it is recorded")
+        with self._lock:
+            try:
+                with transaction(self._db) as db:
+                    yield db
+            except sqlite3.Error as exc:
+                full = "full" in str(exc)
+                raise RunFileError(
+                    self.path, f"{exc} (" + ("free some space; " if full else "")
+                    + "what was committed before is kept)", verb="write") from exc
+
     # -- metadata ----------------------------------------------------------
 
     def _set_meta(self, values: RunMeta) -> None:
-        with self._lock, self._db:
-            for key, value in values.items():
-                self._db.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                    (key, json.dumps(value)),
-                )
-
-    def _write_info(self, info: RunInfo) -> None:
-        self._set_meta(
-            {
-                "run_id": info.run_id,
-                "wiretape_version": info.wiretape_version,
-                "argv": list(info.argv),
-                "cwd": info.cwd,
-                "env_names": list(info.env_names),
-                "started_at_ns": info.started_at_ns,
-                "mode": info.mode,
-                "extra": info.extra,
-            }
-        )
-        self.set_origins(info.origins)
+        with self._write() as db:
+            _write_meta(db, values)
 
     def set_origins(self, origins: Sequence[Origin]) -> None:
-        with self._lock, self._db:
-            self._db.execute("DELETE FROM origins")
-            for o in origins:
-                self._db.execute(
-                    "INSERT INTO origins (name, upstream, port, env_vars) VALUES (?, ?, ?, ?)",
-                    (o.name, o.upstream, o.port, json.dumps(list(o.env_vars))),
-                )
+        with self._write() as db:
+            db.execute("DELETE FROM origins")
+            _write_origins(db, origins)
 
     def set_intercept(self, hosts: Sequence[str]) -> None:
         """Mark the run as recorded with TLS interception of ``hosts``."""
@@ -242,9 +357,7 @@ class RunFile:
 
     @_damage_is_an_input_error
     def connect_report(self) -> ConnectReportJSON | None:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'connect'").fetchone()
-        report: ConnectReportJSON | None = json.loads(row[0]) if row else None
+        report: ConnectReportJSON | None = self._meta().get("connect")
         return report
 
     def finish(self, exit_status: int | None, stdout: bytes, stderr: bytes) -> None:
@@ -258,18 +371,34 @@ class RunFile:
             }
         )
 
+    def _meta(self) -> RunMeta:
+        """The meta table, each value checked against RunMeta."""
+        with self._lock:
+            rows = self._db.execute("SELECT key, value FROM meta").fetchall()
+        meta: dict[str, Any] = {}
+        for key, value in rows:
+            name = shapes.text(key, "a metadata key")
+            meta[name] = shapes.json_value(value, _META.get(name, Any), f"metadata {name!r}")
+        notes = meta.get("extra", {}).get("import_notes")
+        if notes is not None:
+            shapes.json_value(notes, list[str], "metadata 'extra.import_notes'")
+        return cast(RunMeta, meta)
+
     @_damage_is_an_input_error
     def info(self) -> RunInfo:
+        meta = self._meta()
         with self._lock:
-            meta = {k: json.loads(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
-            origins = tuple(
-                Origin(name, upstream, port, tuple(json.loads(env)))
-                for name, upstream, port, env in self._db.execute(
-                    "SELECT name, upstream, port, env_vars FROM origins ORDER BY rowid"
-                )
-            )
+            rows = self._db.execute(
+                "SELECT name, upstream, port, env_vars FROM origins ORDER BY rowid").fetchall()
+        origins = tuple(
+            Origin(shapes.text(name, "an origin's name"),
+                   shapes.text(upstream, f"origin {name!r}: its upstream"),
+                   shapes.integer(port, f"origin {name!r}: its port", 0, 65535),
+                   tuple(shapes.json_value(env, list[str], f"origin {name!r}: its variables")))
+            for name, upstream, port, env in rows)
         if "run_id" not in meta:
-            raise RunFileError(self.path, "it has no run metadata")
+            raise RunFileError(self.path, "it has no run metadata; the file is damaged (its "
+                                          "recording may have been killed as it began)")
         return RunInfo(
             run_id=meta["run_id"],
             wiretape_version=meta.get("wiretape_version", "?"),
@@ -290,12 +419,12 @@ class RunFile:
     # -- exchanges ---------------------------------------------------------
 
     def write_exchange(self, exchange: Exchange, redactions: Sequence[Redaction] = ()) -> None:
-        """Commit one ended exchange, already redacted, in one transaction."""
+        """Commit one ended exchange, already redacted, in one transaction:
+        its bodies, its row, its frames and its redactions are all in the
+        file, or (the write failed) none of them."""
         req, resp = exchange.request, exchange.response
-        with self._lock, self._db:
-            db = self._db
+        with self._write() as db:
             req_blob = blobs.put(db, req.body, ref=self._last_request_blob)
-            self._last_request_blob = req_blob
             resp_blob = blobs.put(db, resp.body) if resp is not None else None
             db.execute(
                 "INSERT INTO exchanges (seq, connection_id, origin, started_at_ns, method,"
@@ -324,19 +453,21 @@ class RunFile:
                 ),
             )
             if resp is not None:
-                start = 0
-                for idx, frame in enumerate(resp.frames):
-                    db.execute(
-                        "INSERT INTO frames (seq, idx, offset_ns, start, length)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        (exchange.seq, idx, frame.offset_ns, start, len(frame.data)),
-                    )
-                    start += len(frame.data)
-            for r in redactions:
-                db.execute(
-                    "INSERT INTO redactions (seq, location, name, fingerprint) VALUES (?,?,?,?)",
-                    (exchange.seq, r.location, r.name, r.fingerprint),
+                starts = [0]
+                for frame in resp.frames:
+                    starts.append(starts[-1] + len(frame.data))
+                db.executemany(
+                    "INSERT INTO frames (seq, idx, offset_ns, start, length)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    [(exchange.seq, idx, frame.offset_ns, starts[idx], len(frame.data))
+                     for idx, frame in enumerate(resp.frames)],
                 )
+            db.executemany(
+                "INSERT INTO redactions (seq, location, name, fingerprint) VALUES (?,?,?,?)",
+                [(exchange.seq, r.location, r.name, r.fingerprint) for r in redactions],
+            )
+        # Only a committed body is a dictionary for the next one.
+        self._last_request_blob = req_blob
 
     @_damage_is_an_input_error
     def exchange_count(self) -> int:
@@ -346,9 +477,17 @@ class RunFile:
     @_damage_is_an_input_error
     def exchanges(self) -> list[Exchange]:
         """Every recorded exchange, in sequence order."""
-        return list(self.iter_exchanges())
+        return list(self._iter_exchanges())
 
     def iter_exchanges(self) -> Iterator[Exchange]:
+        try:
+            yield from self._iter_exchanges()
+        except RunFileError:
+            raise
+        except _DAMAGE as exc:
+            raise _as_input_error(self.path, exc) from exc
+
+    def _iter_exchanges(self) -> Iterator[Exchange]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT seq, connection_id, origin, started_at_ns, method, target, http_version,"
@@ -357,14 +496,17 @@ class RunFile:
                 " FROM exchanges ORDER BY seq"
             ).fetchall()
             frames: dict[int, list[tuple[int, int, int]]] = {}
-            for seq, offset_ns, start, length in self._db.execute(
-                "SELECT seq, offset_ns, start, length FROM frames ORDER BY seq, idx"
+            for seq, idx, offset_ns, start, length in self._db.execute(
+                "SELECT seq, idx, offset_ns, start, length FROM frames ORDER BY seq, idx"
             ):
-                frames.setdefault(seq, []).append((offset_ns, start, length))
+                what = f"frame {idx} of exchange {seq}"
+                frames.setdefault(shapes.integer(seq, "a frame's exchange"), []).append(
+                    (shapes.integer(offset_ns, f"{what}: its time offset"),
+                     shapes.integer(start, f"{what}: its start", 0),
+                     shapes.integer(length, f"{what}: its length", 0)))
         for row in rows:
             yield self._exchange_from_row(row, frames.get(row[0], []))
 
-    @_damage_is_an_input_error
     def _exchange_from_row(
         self, row: Sequence[Any], frame_rows: list[tuple[int, int, int]]
     ) -> Exchange:
@@ -372,55 +514,67 @@ class RunFile:
         # a damaged or hostile file may hold any type in any column.
         (seq, conn, origin, started, method, target, version, req_headers, req_blob, status,
          reason, resp_version, resp_headers, resp_blob, ending, ttfb, duration, error) = row
+        seq = shapes.integer(seq, "an exchange's sequence number", 0)
+        what = f"exchange {seq}"
         with self._lock:
-            body = blobs.get(self._db, req_blob, self._cache)
+            body = blobs.get(self._db, shapes.text(req_blob, f"{what}: its request body"),
+                             self._cache)
             response = None
             if status is not None:
-                resp_body = blobs.get(self._db, resp_blob, self._cache)
+                resp_body = blobs.get(
+                    self._db, shapes.text(resp_blob, f"{what}: its response body"), self._cache)
+                frames = []
+                for offset_ns, start, length in frame_rows:
+                    if start + length > len(resp_body):
+                        raise shapes.StoredValueError(
+                            f"{what}: a frame reaches past its body's {len(resp_body)} bytes")
+                    frames.append(Frame(offset_ns, resp_body[start : start + length]))
                 response = Response(
-                    status=status,
-                    reason=bytes(reason or b""),
-                    headers=_headers_from_json(resp_headers),
-                    frames=tuple(
-                        Frame(offset_ns, resp_body[start : start + length])
-                        for offset_ns, start, length in frame_rows
-                    ),
-                    http_version=bytes(resp_version or b"1.1"),
+                    status=shapes.integer(status, f"{what}: its status", 100, 999),
+                    reason=shapes.optional_blob(reason, f"{what}: its reason") or b"",
+                    headers=_headers_from_json(resp_headers, f"{what}: its response headers"),
+                    frames=tuple(frames),
+                    http_version=(shapes.optional_blob(resp_version, f"{what}: its response "
+                                                                      "version") or b"1.1"),
                 )
         return Exchange(
             seq=seq,
-            connection_id=conn,
-            origin=origin,
-            started_at_ns=started,
+            connection_id=shapes.integer(conn, f"{what}: its connection"),
+            origin=shapes.text(origin, f"{what}: its origin"),
+            started_at_ns=shapes.integer(started, f"{what}: its start"),
             request=Request(
-                method=bytes(method),
-                target=bytes(target),
-                headers=_headers_from_json(req_headers),
+                method=shapes.blob(method, f"{what}: its method"),
+                target=shapes.blob(target, f"{what}: its target"),
+                headers=_headers_from_json(req_headers, f"{what}: its request headers"),
                 body=body,
-                http_version=bytes(version),
+                http_version=shapes.blob(version, f"{what}: its HTTP version"),
             ),
             response=response,
-            ending=Ending(ending),
-            ttfb_ns=ttfb,
-            duration_ns=duration,
-            error=error,
+            ending=Ending(shapes.one_of(ending, _ENDINGS, f"{what}: its ending")),
+            ttfb_ns=shapes.optional_integer(ttfb, f"{what}: its time to first byte"),
+            duration_ns=shapes.integer(duration, f"{what}: its duration"),
+            error=shapes.optional_text(error, f"{what}: its error"),
         )
 
     @_damage_is_an_input_error
     def redactions(self) -> list[tuple[int | None, Redaction]]:
         with self._lock:
-            return [
-                (seq, Redaction(loc, name, fp))
-                for seq, loc, name, fp in self._db.execute(
-                    "SELECT seq, location, name, fingerprint FROM redactions ORDER BY rowid"
-                )
-            ]
+            rows = self._db.execute(
+                "SELECT seq, location, name, fingerprint FROM redactions ORDER BY rowid"
+            ).fetchall()
+        return [
+            (shapes.optional_integer(seq, "a redaction's exchange"),
+             Redaction(shapes.text(loc, "a redaction's location"),
+                       shapes.text(name, "a redaction's name"),
+                       shapes.text(fp, "a redaction's fingerprint")))
+            for seq, loc, name, fp in rows
+        ]
 
     def add_redactions(self, redactions: Sequence[Redaction], seq: int | None = None) -> None:
         """Store facts of redactions outside an exchange (``seq`` None): the
         command line, output, snapshot files."""
-        with self._lock, self._db:
-            self._db.executemany(
+        with self._write() as db:
+            db.executemany(
                 "INSERT INTO redactions (seq, location, name, fingerprint) VALUES (?,?,?,?)",
                 [(seq, r.location, r.name, r.fingerprint) for r in redactions])
 
@@ -434,20 +588,14 @@ class RunFile:
     def snapshot_policy(self) -> tuple[SnapshotPolicyJSON | None, dict[str, list[list[str]]]]:
         """The stored policy (None: recorded before policies) and the paths
         left out per snapshot id (as text)."""
-        with self._lock:
-            rows = dict(self._db.execute(
-                "SELECT key, value FROM meta WHERE key IN ('snapshot_policy', 'left_out')"))
-        policy: SnapshotPolicyJSON | None = (json.loads(rows["snapshot_policy"])
-                                             if "snapshot_policy" in rows else None)
-        left_out: dict[str, list[list[str]]] = (json.loads(rows["left_out"])
-                                                if "left_out" in rows else {})
+        meta = self._meta()
+        policy: SnapshotPolicyJSON | None = meta.get("snapshot_policy")
+        left_out: dict[str, list[list[str]]] = meta.get("left_out", {})
         return policy, left_out
 
     def add_scrub(self, scrub: ScrubJSON) -> None:
         """Note one ``wiretape scrub`` of this run."""
-        with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'scrubbed'").fetchone()
-        done: list[ScrubJSON] = json.loads(row[0]) if row else []
+        done: list[ScrubJSON] = self._meta().get("scrubbed", [])
         self._set_meta({"scrubbed": [*done, scrub]})
 
     @_damage_is_an_input_error
@@ -455,7 +603,7 @@ class RunFile:
         """Bytes of bodies as stored (compressed), for summaries."""
         with self._lock:
             row = self._db.execute("SELECT coalesce(sum(length(data)), 0) FROM blobs").fetchone()
-        return int(row[0])
+        return shapes.integer(row[0], "the stored bytes")
 
     @_damage_is_an_input_error
     def body_bytes(self) -> int:
@@ -465,29 +613,30 @@ class RunFile:
                 "SELECT coalesce(sum(b.size), 0) FROM exchanges e JOIN blobs b"
                 " ON b.hash = e.request_body OR b.hash = e.response_body"
             ).fetchone()
-        return int(row[0])
+        return int(row[0]) if type(row[0]) is int else 0
 
     # -- snapshots and outcome ---------------------------------------------
 
     def add_snapshot(self, root: str, entries: Sequence[Entry]) -> int:
-        """Store a tree's entries (bodies content-addressed); return its id."""
-        with self._lock, self._db:
-            cur = self._db.execute(
+        """Store a tree's entries (bodies content-addressed) in one
+        transaction; return its id."""
+        with self._write() as db:
+            cur = db.execute(
                 "INSERT INTO snapshots (root, taken_at_ns, files, bytes) VALUES (?, ?, ?, ?)",
                 (_path_to_sql(root), time.time_ns(),
                  sum(1 for e in entries if e.kind == "file" and not e.left_out),
                  sum(len(e.data) for e in entries)))
             snapshot_id = int(cur.lastrowid or 0)
+            rows = []
             for e in entries:
                 if e.left_out:  # its bytes were never read into the snapshot
                     continue
-                digest = blobs.put(self._db, e.data) if e.kind == "file" else None
-                self._db.execute(
-                    "INSERT INTO snapshot_entries (snapshot_id, path, kind, mode, blob, link)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (snapshot_id, _path_to_sql(e.path), e.kind, e.mode, digest,
-                     _path_to_sql(e.link)),
-                )
+                digest = blobs.put(db, e.data) if e.kind == "file" else None
+                rows.append((snapshot_id, _path_to_sql(e.path), e.kind, e.mode, digest,
+                             _path_to_sql(e.link)))
+            db.executemany(
+                "INSERT INTO snapshot_entries (snapshot_id, path, kind, mode, blob, link)"
+                " VALUES (?, ?, ?, ?, ?, ?)", rows)
         return snapshot_id
 
     @_damage_is_an_input_error
@@ -497,33 +646,44 @@ class RunFile:
             roots = self._db.execute("SELECT id, root FROM snapshots ORDER BY id").fetchall()
             out = []
             for snapshot_id, root in roots:
+                sid = shapes.integer(snapshot_id, "a snapshot's id")
                 rows = self._db.execute(
                     "SELECT path, kind, mode, blob, link FROM snapshot_entries"
-                    " WHERE snapshot_id = ? ORDER BY path", (snapshot_id,)).fetchall()
-                entries = [Entry(_path_from_sql(path), kind, mode,
-                                 blobs.get(self._db, blob, self._cache) if blob else b"",
-                                 _path_from_sql(link or ""))
-                           for path, kind, mode, blob, link in rows]
-                out.append((snapshot_id, _path_from_sql(root), entries))
+                    " WHERE snapshot_id = ? ORDER BY path", (sid,)).fetchall()
+                entries = []
+                for path, kind, mode, blob, link in rows:
+                    where = f"snapshot {sid} entry {str(path)[:60]!r}"
+                    kind = shapes.one_of(kind, _KINDS, f"{where}: its kind")
+                    digest = shapes.optional_text(blob, f"{where}: its body")
+                    if kind == "file" and digest is None:
+                        raise shapes.StoredValueError(f"{where}: a file with no body")
+                    entries.append(Entry(
+                        _stored_path(path, f"snapshot {sid}: an entry's path"), kind,
+                        shapes.integer(mode, f"{where}: its mode", 0, 0o7777),
+                        blobs.get(self._db, digest, self._cache) if digest else b"",
+                        _stored_path(link or "", f"{where}: its link")))
+                out.append((sid, _stored_path(root, f"snapshot {sid}: its root"), entries))
         return out
 
     def set_outcome_changes(self, snapshot_id: int, changes: Sequence[Change],
                             contents: Mapping[str, bytes] | None = None) -> None:
-        """Store the recorded outcome of one snapshot. ``contents`` (path to
-        bytes) keeps the resulting bytes of added or modified files, under
-        their ``after_hash``, compressed against the bytes before: a replay
-        compares its own result with them (:meth:`content`)."""
+        """Store the recorded outcome of one snapshot in one transaction.
+        ``contents`` (path to bytes) keeps the resulting bytes of added or
+        modified files, under their ``after_hash``, compressed against the
+        bytes before: a replay compares its own result with them
+        (:meth:`content`)."""
         contents = contents or {}
-        with self._lock, self._db:
+        with self._write() as db:
             for c in changes:
                 data = contents.get(c.path)
                 if data is not None and c.after_hash is not None:
-                    blobs.put(self._db, data, ref=c.before_hash)
-                self._db.execute(
-                    "INSERT INTO outcome_changes (snapshot_id, path, change, detail) "
-                    "VALUES (?,?,?,?)",
-                    (snapshot_id, _path_to_sql(c.path), c.change, json.dumps(c.to_json())),
-                )
+                    blobs.put(db, data, ref=c.before_hash)
+            db.executemany(
+                "INSERT INTO outcome_changes (snapshot_id, path, change, detail) "
+                "VALUES (?,?,?,?)",
+                [(snapshot_id, _path_to_sql(c.path), c.change, json.dumps(c.to_json()))
+                 for c in changes],
+            )
 
     @_damage_is_an_input_error
     def content(self, digest: str | None) -> bytes | None:
@@ -544,17 +704,52 @@ class RunFile:
                 "SELECT snapshot_id, detail FROM outcome_changes ORDER BY rowid").fetchall()
         out: dict[int, list[ChangeJSON]] = {}
         for snapshot_id, detail in rows:
-            out.setdefault(snapshot_id, []).append(json.loads(detail))
+            sid = shapes.integer(snapshot_id, "a recorded change's snapshot")
+            change: ChangeJSON = shapes.json_value(detail, ChangeJSON,
+                                                   f"a recorded change of snapshot {sid}")
+            out.setdefault(sid, []).append(change)
         return out
 
-    # -- replays -----------------------------------------------------------
+    # -- replays (kept in the replay log, beside the run: store.replaylog) ----
 
-    def start_replay(self, replay_id: str, mode: str, settings: ReplaySettingsJSON) -> None:
-        with self._lock, self._db:
-            self._db.execute(
-                "INSERT INTO replays (id, started_at_ns, mode, settings) VALUES (?, ?, ?, ?)",
-                (replay_id, time.time_ns(), mode, json.dumps(settings)),
-            )
+    def content_hash(self) -> str:
+        """The sha256 of the run file's bytes (and of its WAL, when one is
+        beside it): what ties a replay log's entries to this content."""
+        with self._lock:
+            if self._content_hash is None:
+                digest = hashlib.sha256()
+                for name in (self.path, Path(f"{self.path}-wal")):
+                    try:
+                        with open(name, "rb") as fh:
+                            while chunk := fh.read(1 << 20):
+                                digest.update(chunk)
+                    except FileNotFoundError:
+                        continue
+                self._content_hash = digest.hexdigest()
+            return self._content_hash
+
+    def _replay_log(self) -> ReplayLog:
+        if self._log is None:
+            try:
+                run_id = self._meta().get("run_id", "")
+            except _DAMAGE as exc:
+                raise _as_input_error(self.path, exc) from exc
+            content = self.content_hash()
+            self._log = ReplayLog(replay_log_path(run_id, content, self._replay_logs), content)
+        return self._log
+
+    def start_replay(self, replay_id: str, mode: str, settings: ReplaySettingsJSON, *,
+                     serve_only: bool = False) -> None:
+        """Write a replay's start to the replay log (not to the run).
+        ``serve_only`` (no command of its own: ``serve --replay``,
+        ``replaying()``): written with its first decided request, so one
+        that answered nobody is never stored."""
+        with self._lock:
+            log = self._replay_log()
+        try:
+            log.start(replay_id, mode, settings, self.path, lazy=serve_only)
+        except LogError as exc:
+            raise RunFileError(self.path, str(exc)) from exc
 
     def add_replay_request(
         self,
@@ -567,14 +762,14 @@ class RunFile:
         target: bytes,
         detail: RequestDetail,
     ) -> None:
-        """Write one request's outcome as soon as it is decided."""
-        with self._lock, self._db:
-            self._db.execute(
-                "INSERT INTO replay_requests (replay_id, idx, kind, seq, served, method, target,"
-                " decided_at_ns, detail) VALUES (?,?,?,?,?,?,?,?,?)",
-                (replay_id, idx, kind, seq, int(served), method, target, time.time_ns(),
-                 json.dumps(detail)),
-            )
+        """Write one request's outcome to the replay log as soon as it is
+        decided."""
+        with self._lock:
+            log = self._replay_log()
+        try:
+            log.add_request(replay_id, idx, kind, seq, served, method, target, detail)
+        except LogError as exc:
+            raise RunFileError(self.path, str(exc)) from exc
 
     def finish_replay(
         self,
@@ -584,57 +779,84 @@ class RunFile:
         stderr: bytes,
         outcome: Outcome,
     ) -> None:
-        with self._lock, self._db:
-            self._db.execute(
-                "UPDATE replays SET ended_at_ns = ?, exit_status = ?, stdout = ?, stderr = ?,"
-                " outcome = ? WHERE id = ?",
-                (time.time_ns(), exit_status, stdout, stderr, json.dumps(outcome), replay_id),
-            )
+        with self._lock:
+            log = self._replay_log()
+        try:
+            log.finish(replay_id, exit_status, stdout, stderr, outcome)
+        except LogError as exc:
+            raise RunFileError(self.path, str(exc)) from exc
 
     @_damage_is_an_input_error
-    def replays(self) -> list[ReplayRecord]:
-        """Every replay, oldest first: id, started/ended ns, mode, settings, outcome."""
+    def replays(self, *, source: Path | None = None) -> list[ReplayRecord]:
+        """Every replay of this run, oldest first: id, started/ended ns,
+        mode, settings, outcome. Those of the replay log when it has any
+        (``source``: only those that replayed the file at that path); else,
+        for a run from before replay logs, those kept inside the file
+        (never with ``source``: a file cannot vouch for its own replays)."""
         with self._lock:
+            logged = self._replay_log().replays(source)
+            if logged or source is not None:
+                return logged
             rows = self._db.execute(
                 "SELECT id, started_at_ns, ended_at_ns, mode, settings, exit_status, outcome"
                 " FROM replays ORDER BY started_at_ns, rowid"
             ).fetchall()
-        return [
-            {
-                "id": rid,
-                "started_at_ns": started,
-                "ended_at_ns": ended,
-                "mode": mode,
-                "settings": json.loads(settings),
-                "exit_status": exit_status,
-                "outcome": json.loads(outcome) if outcome else None,
-            }
-            for rid, started, ended, mode, settings, exit_status, outcome in rows
-        ]
+            return [replay_record(row, "the run file's") for row in rows]
 
     @_damage_is_an_input_error
     def replay_requests(self, replay_id: str) -> list[ReplayRow]:
         with self._lock:
+            logged = self._replay_log().requests(replay_id)
+            if logged is not None:
+                return logged
             rows = self._db.execute(
                 "SELECT idx, kind, seq, served, method, target, decided_at_ns, detail"
                 " FROM replay_requests WHERE replay_id = ? ORDER BY idx",
                 (replay_id,),
             ).fetchall()
-        return [
-            {
-                "index": idx,
-                "kind": kind,
-                "seq": seq,
-                "served": bool(served),
-                "method": bytes(method).decode("latin-1"),
-                "target": bytes(target).decode("latin-1"),
-                "decided_at_ns": decided,
-                "detail": json.loads(detail),
-            }
-            for idx, kind, seq, served, method, target, decided, detail in rows
-        ]
+            return [request_row(row, "the run file's") for row in rows]
 
 
-def open_run(path: Path | str) -> RunFile:
-    """Open the run file at ``path``. Raises RunFileError / SchemaTooNew."""
-    return RunFile.open(Path(path))
+def _info_meta(info: RunInfo) -> RunMeta:
+    return {
+        "run_id": info.run_id,
+        "wiretape_version": info.wiretape_version,
+        "argv": list(info.argv),
+        "cwd": info.cwd,
+        "env_names": list(info.env_names),
+        "started_at_ns": info.started_at_ns,
+        "mode": info.mode,
+        "extra": info.extra,
+    }
+
+
+def _write_meta(db: sqlite3.Connection, values: RunMeta) -> None:
+    db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                   [(key, json.dumps(value)) for key, value in values.items()])
+
+
+def _write_origins(db: sqlite3.Connection, origins: Sequence[Origin]) -> None:
+    db.executemany(
+        "INSERT INTO origins (name, upstream, port, env_vars) VALUES (?, ?, ?, ?)",
+        [(o.name, o.upstream, o.port, json.dumps(list(o.env_vars))) for o in origins])
+
+
+def _link_new(partial: Path, path: Path) -> None:
+    """Put ``partial`` at ``path``, never over an existing file. Raises
+    FileExistsError."""
+    try:
+        os.link(partial, path)
+    except FileExistsError:
+        raise
+    except OSError:
+        # A filesystem without hard links: check, then rename (a race with
+        # another process making the same path is then possible).
+        if path.exists():
+            raise FileExistsError(path) from None
+        os.replace(partial, path)
+
+
+def open_run(path: Path | str, *, replay_logs: Path | None = None) -> RunFile:
+    """Open the run file at ``path`` to read it. Raises RunFileError /
+    SchemaTooNew."""
+    return RunFile.open(Path(path), replay_logs=replay_logs)

@@ -1,16 +1,22 @@
 """The run file's SQLite schema and its migrations.
 
-Owns the DDL, the schema version (``PRAGMA user_version``) and the steps that
-bring an older file forward. Knows nothing of exchanges as objects.
+Owns the DDL, the schema version (``PRAGMA user_version``), the check that
+a file's schema is the one wiretape wrote for its version, and the steps
+that bring an older file forward. Knows nothing of exchanges as objects.
+
+Readers never migrate a file: an older file is read as it is, with the
+tables later versions added supplied empty as TEMP tables of the reading
+connection (:func:`later_tables`). Only a connection that writes migrates,
+in one transaction with the version bump.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 
 from wiretape.errors import RunFileError, SchemaTooNew
+from wiretape.store.database import schema_problem, statements, transaction
 
 SCHEMA_VERSION = 2
 
@@ -113,40 +119,82 @@ CREATE TABLE outcome_changes (
 """
 
 
-# Migration i brings a file from version i to version i + 1.
-def _to_v1(db: sqlite3.Connection) -> None:
-    db.executescript(_V1)
+# The DDL of migration i, which brings a file from version i to version i + 1.
+_STEPS: dict[int, str] = {0: _V1, 1: _V2}
 
 
-def _to_v2(db: sqlite3.Connection) -> None:
-    db.executescript(_V2)
+def ddl(version: int) -> str:
+    """The DDL of a file of ``version``: every step up to it."""
+    return "".join(_STEPS[v] for v in range(version))
 
 
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _to_v1, 1: _to_v2}
+def later_tables(version: int) -> list[str]:
+    """The CREATE TABLE statements later versions added to a file of
+    ``version``, as TEMP tables: a reader of an older file sees them empty
+    without the file being written (they live in the connection's memory)."""
+    return [stmt.replace("CREATE TABLE ", "CREATE TEMP TABLE ", 1)
+            for v in range(version, SCHEMA_VERSION) for stmt in statements(_STEPS[v])]
 
 
-def create(db: sqlite3.Connection) -> None:
-    """Lay out the current schema in an empty database."""
-    migrate(db, Path("<new>"))
+def version(db: sqlite3.Connection) -> int:
+    """``PRAGMA user_version``. Raises sqlite3.Error."""
+    found = db.execute("PRAGMA user_version").fetchone()[0]
+    return int(found)
 
 
-def migrate(db: sqlite3.Connection, path: Path) -> int:
-    """Bring ``db`` to ``SCHEMA_VERSION``; return the version it had.
-
-    Raises SchemaTooNew for a file from a newer wiretape.
-    """
-    found = int(db.execute("PRAGMA user_version").fetchone()[0])
+def check(db: sqlite3.Connection, path: Path) -> int:
+    """The schema version of ``db`` after checking that its schema is the
+    one wiretape wrote for that version (DESIGN.md, "The run file"); to be
+    done before any other query. Raises SchemaTooNew for a newer file,
+    RunFileError for anything else (sqlite3.Error for a damaged one)."""
+    found = version(db)
     if found > SCHEMA_VERSION:
         raise SchemaTooNew(path, found, SCHEMA_VERSION)
-    for version in range(found, SCHEMA_VERSION):
-        if version == 0 and _has_tables(db):
-            raise RunFileError(path, "it is an SQLite file but not a wiretape run")
-        with db:
-            _MIGRATIONS[version](db)
-            db.execute(f"PRAGMA user_version = {version + 1}")
+    if found <= 0:
+        raise RunFileError(path, "it is an SQLite file but not a wiretape run (it has no run "
+                                 "schema); give the path of a .wtape file")
+    problem = schema_problem(db, ddl(found))
+    if problem is not None:
+        raise RunFileError(path, f"its schema is not one wiretape writes: {problem}; it was "
+                                 "edited or made elsewhere, and is not read (record the run "
+                                 "again, or ask its author for the original)")
     return found
 
 
-def _has_tables(db: sqlite3.Connection) -> bool:
-    row = db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()
+def create(db: sqlite3.Connection) -> None:
+    """Lay out the current schema in an empty database, in the caller's
+    transaction."""
+    for v in range(SCHEMA_VERSION):
+        for stmt in statements(_STEPS[v]):
+            db.execute(stmt)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def migrate(db: sqlite3.Connection, path: Path) -> int:
+    """Bring ``db`` (a connection that writes) to ``SCHEMA_VERSION`` in one
+    transaction, the version bump included: a file is either wholly at its
+    old version or wholly at the new one. Returns the version it had.
+
+    Raises SchemaTooNew for a file from a newer wiretape, RunFileError for
+    one whose schema is not wiretape's.
+    """
+    with transaction(db):
+        found = version(db)
+        if found == 0 and _has_objects(db):
+            raise RunFileError(path, "it is an SQLite file but not a wiretape run")
+        if found > 0:
+            check(db, path)
+        if found == SCHEMA_VERSION:
+            return found
+        if found < 0:
+            raise RunFileError(path, f"it has schema version {found}, which no wiretape writes")
+        for v in range(found, SCHEMA_VERSION):
+            for stmt in statements(_STEPS[v]):
+                db.execute(stmt)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    return found
+
+
+def _has_objects(db: sqlite3.Connection) -> bool:
+    row = db.execute("SELECT count(*) FROM main.sqlite_master").fetchone()
     return bool(row[0])

@@ -1,8 +1,8 @@
 """Replaying many runs at once: each as its own ``wiretape replay`` process,
-on its own copy of the run file (the originals are never written, and two
-replays share no state), at most ``jobs`` at a time, each stopped after a
-timeout. The verdict is read back from the copy, so a replay that had to be
-killed still has one.
+on its own copy of the run file (two replays share no state), at most
+``jobs`` at a time, each stopped after a timeout. The verdict is read back
+from the replay log of that copy, so a replay that had to be killed still
+has one.
 
 Owns scheduling the processes and collecting their verdicts. Must not print;
 how a replay works is the launch layer's.
@@ -245,11 +245,12 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
 
 
 def _verdict(copy: Path) -> tuple[Verdict | None, str | None]:
-    """The latest verdict in the replayed copy, or None and, when the copy
-    cannot be read, why."""
+    """The verdict of the replay of ``copy``, from the run's replay log (only
+    a replay of that very copy counts), or None and, when the copy cannot be
+    read, why."""
     try:
         with RunFile.open(copy) as run:
-            return verdict_of(run), None
+            return verdict_of(run, source=copy), None
     except Exception as exc:  # a damaged or hostile file: its own error
         return None, _unreadable(copy, exc)
 
