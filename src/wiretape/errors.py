@@ -101,7 +101,9 @@ def write_failure_reason(exc: BaseException) -> str:
     """Why a write failed, in a few words: ``disk full``, ``disk quota
     exceeded``, ``read-only file system``, ``I/O error``, ... (an SQLite
     error is named by its code, an OSError by its errno), else the
-    exception's own text."""
+    exception's own text (a RunFileWriteError: its reason)."""
+    if isinstance(exc, RunFileWriteError):
+        return exc.reason
     name = getattr(exc, "sqlite_errorname", None)
     if isinstance(name, str):
         for prefix, said in _WRITE_FAILURES.items():

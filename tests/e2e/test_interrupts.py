@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,6 +105,8 @@ def test_a_signal_while_the_agent_runs_is_an_interrupted_verdict(
     store = tmp_path / "store"
     (store / "runs").mkdir(parents=True)
     (store / "runs" / run.name).write_bytes(run.read_bytes())
+    # With WIRETAPE_HOME set, replay logs live in its replays folder too.
+    shutil.copytree(Path(os.environ["XDG_STATE_HOME"]) / "wiretape" / "replays", store / "replays")
     listed = wiretape("ls", cwd=project_dir, tmpdir=tmpdir, WIRETAPE_HOME=str(store))
     assert listed.stdout.splitlines()[1].endswith(f"interrupted (exit {code})"), listed.stdout
 

@@ -348,7 +348,8 @@ async def _prepare_record(
         # The recording never began: no half-made run file is left behind.
         run.close()
         _remove_run_file(path)
-        if isinstance(exc, Exception) and not isinstance(exc, RunFileError):
+        if isinstance(exc, Exception) and (isinstance(exc, RunFileWriteError)
+                                           or not isinstance(exc, RunFileError)):
             raise RunFileWriteError(path, f"{write_failure_reason(exc)} while storing the "
                                           "snapshot; nothing was recorded") from exc
         raise
@@ -375,13 +376,16 @@ def _create_run(path: Path, info: RunInfo) -> RunFile:
         return RunFile.create(path, info)
     except RunFileError as exc:
         cause = exc.__cause__
-        if isinstance(exc, RunFileWriteError) or not isinstance(cause, (sqlite3.Error, OSError)):
+        if isinstance(exc, RunFileWriteError):
+            failure: BaseException = exc
+        elif not isinstance(cause, (sqlite3.Error, OSError)):
             raise
+        else:
+            failure = cause
         if isinstance(cause, FileExistsError):
             if path.exists() or path.is_symlink():
                 raise  # it exists: never overwritten, never removed
             raise RunFileWriteError(path, f"{path.parent} is not a folder") from cause
-        failure: BaseException = cause
     except (sqlite3.Error, OSError) as exc:
         failure = exc
     _remove_run_file(path)
@@ -480,7 +484,7 @@ async def _judge_record(session: _Recording) -> None:
             facts.items.extend(f for f in found.items if f.location in changed)
             run.set_outcome_changes(snapshot_id, changes, _kept_contents(changes, after))
         run.add_redactions(unique(facts.items))
-    except (sqlite3.Error, OSError) as exc:
+    except (sqlite3.Error, OSError, RunFileWriteError) as exc:
         # The same failure the recorder may have met: named, not raised, so
         # that the summary says what was and was not saved.
         session.write_error = RunFileWriteError(

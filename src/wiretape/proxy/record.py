@@ -159,13 +159,13 @@ class Recorder:
                 # The client reads the end of the response (the terminating
                 # chunk, or a body's last byte) only once the exchange is
                 # committed: a SIGKILL may lose an exchange whose end the
-                # agent never saw, never one whose end it saw.
+                # agent never saw, never one whose end it saw. A write that
+                # fails instead stops the recording (``write_failure``): this
+                # answer, already paid for, still reaches the agent, counted
+                # as not saved, and the next request is refused.
                 await self._store_now(Exchange(seq, connection_id, origin, wall, request,
                                                response, ending, ttfb,
                                                time.monotonic_ns() - t0, error))
-                if self.write_failure is not None:  # not on disk: cut the client off
-                    await conn.abort()
-                    return
                 with contextlib.suppress(ClientGone):
                     await conn.send_data(held)
                     await conn.end()

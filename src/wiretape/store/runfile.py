@@ -32,7 +32,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast, get_type_hints
 
 import zstandard
 
-from wiretape.errors import RunFileError
+from wiretape.errors import RunFileError, RunFileWriteError, write_failure_reason
 from wiretape.model import (
     ConnectReportJSON,
     Ending,
@@ -329,11 +329,8 @@ class RunFile:
             try:
                 with transaction(self._db) as db:
                     yield db
-            except sqlite3.Error as exc:
-                full = "full" in str(exc)
-                raise RunFileError(
-                    self.path, f"{exc} (" + ("free some space; " if full else "")
-                    + "what was committed before is kept)", verb="write") from exc
+            except sqlite3.Error as exc:  # all of this write is rolled back
+                raise RunFileWriteError(self.path, write_failure_reason(exc)) from exc
 
     # -- metadata ----------------------------------------------------------
 
