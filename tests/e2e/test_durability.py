@@ -455,6 +455,3 @@ def crash_survivors(run: Path) -> dict[bytes, bytes]:
     with open_run(run) as rf:
         rf.info()
         return {e.request.body: e.response.body if e.response else b"" for e in rf.exchanges()}
-
-
-# --- a full disk ------------------------------------------------------------------------------
