@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -99,6 +100,9 @@ def test_a_failed_recording_says_so_and_ls_and_the_verdict_show_exit_codes(
         "    ... (3 more lines)",
         *(f"    complaint {i}" for i in range(12, 16))], done.stderr
 
+    # With WIRETAPE_HOME set, replay logs live in its replays folder too.
+    shutil.copytree(Path(os.environ["XDG_STATE_HOME"]) / "wiretape" / "replays",
+                    store / "replays", dirs_exist_ok=True)
     listed = wiretape("ls", cwd=tmp_path, WIRETAPE_HOME=str(store))
     header, row = listed.stdout.splitlines()
     assert header.split() == ["run", "when", "command", "exchanges", "exit", "last", "verdict"]

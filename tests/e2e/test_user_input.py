@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -143,7 +144,7 @@ def _damage(run: Path, target: Path, statement: str) -> Path:
     target.write_bytes(run.read_bytes())
     db = sqlite3.connect(target)
     with db:
-        db.execute(statement)
+        db.executescript(statement)
     db.close()
     return target
 
@@ -152,8 +153,7 @@ DAMAGE = {
     "argv is a number": "UPDATE meta SET value = '5' WHERE key = 'argv'",
     "start is text": "UPDATE meta SET value = '\"yesterday\"' WHERE key = 'started_at_ns'",
     "no exchanges table": "DROP TABLE exchanges",
-    "a replay of an unknown kind": "UPDATE replay_requests SET kind = 'sideways'",
-    "replay settings not JSON": "UPDATE replays SET settings = '{oops'",
+    "a view in place of a table": "DROP TABLE redactions; CREATE VIEW redactions AS SELECT 1",
 }
 
 
@@ -183,6 +183,9 @@ def test_ls_lists_the_good_runs_and_names_each_damaged_one_in_a_line(
     runs = tmp_path / "store" / "runs"
     runs.mkdir(parents=True)
     (runs / "run_000000000001.wtape").write_bytes(run.read_bytes())
+    # With WIRETAPE_HOME set, replay logs live in its replays folder too.
+    shutil.copytree(Path(os.environ["XDG_STATE_HOME"]) / "wiretape" / "replays",
+                    tmp_path / "store" / "replays")
     damaged = [_damage(run, runs / f"run_00000000dea{i}.wtape", statement)
                for i, statement in enumerate(DAMAGE.values())]
     done = wiretape("ls", cwd=tmp_path, WIRETAPE_HOME=str(tmp_path / "store"))

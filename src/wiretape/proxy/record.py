@@ -116,7 +116,7 @@ class Recorder:
             version = origin_resp.http_version.removeprefix("HTTP/").encode()
             client_ok = True
             left: int | None = None  # bytes until a Content-Length body ends
-            held = b""  # its last byte, sent once the exchange is committed
+            held = b""  # its last frame, sent whole once the exchange is committed
             try:
                 head = await conn.send_head(origin_resp.status_code, reason, raw_headers)
                 left = _declared_length(head)
@@ -126,11 +126,12 @@ class Recorder:
                 if client_ok:
                     async for chunk in origin_resp.aiter_raw():
                         frames.append(Frame(time.monotonic_ns() - t0, chunk))
-                        relayed = chunk
                         if left is not None:
-                            if len(chunk) == left:
-                                relayed, held = chunk[:-1], chunk[-1:]
                             left -= len(chunk)
+                            if left == 0:  # the frame that ends the body waits for the commit
+                                held = chunk
+                                continue
+                        relayed, held = held + chunk, b""  # (an origin that sent too much)
                         try:
                             await conn.send_data(relayed)
                         except ClientGone:
@@ -157,7 +158,7 @@ class Recorder:
             )
             if ending is Ending.COMPLETE:
                 # The client reads the end of the response (the terminating
-                # chunk, or a body's last byte) only once the exchange is
+                # chunk, or a body's last frame) only once the exchange is
                 # committed: a SIGKILL may lose an exchange whose end the
                 # agent never saw, never one whose end it saw. A write that
                 # fails instead stops the recording (``write_failure``): this
