@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import BinaryIO
@@ -220,6 +220,27 @@ class Interrupts:
         handled (the session ends in a value or an Interrupted error)."""
         if self.cancelled and self._task is not None:
             self._task.uncancel()
+
+
+async def run_child(stack: contextlib.AsyncExitStack, argv: Sequence[str], *, cwd: str,
+                    env: Mapping[str, str], echo_stdout: BinaryIO | None,
+                    echo_stderr: BinaryIO | None, interrupts: Interrupts | None,
+                    started: Callable[[Child], None] | None = None) -> ChildResult:
+    """Start the agent, enter it into ``stack`` (leaving early stops and
+    reaps its group), hand it SIGINT/SIGTERM while it runs, and wait for it.
+    ``started`` is told the child once it runs. Raises CommandNotFound."""
+    child = await Child.start(argv, cwd=cwd, env=env, echo_stdout=echo_stdout,
+                              echo_stderr=echo_stderr)
+    await stack.enter_async_context(child)
+    if started is not None:
+        started(child)
+    if interrupts is not None:
+        interrupts.forward_to(child)
+        stack.callback(interrupts.forward_to, None)
+    result = await child.wait()
+    if interrupts is not None:
+        interrupts.forward_to(None)
+    return result
 
 
 def _hand_terminal_to(pgid: int) -> int | None:

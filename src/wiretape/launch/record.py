@@ -27,7 +27,7 @@ from wiretape.errors import (
     write_failure_reason,
 )
 from wiretape.launch import trust
-from wiretape.launch.child import Child, Interrupts, resolve_command
+from wiretape.launch.child import Interrupts, resolve_command, run_child
 from wiretape.launch.intercept import (
     Interception,
     InterceptSettings,
@@ -444,15 +444,9 @@ async def _serve_record(stack: contextlib.AsyncExitStack, session: _Recording,
         assert until is not None
         await until.wait()
         return
-    child = await Child.start(session.argv, cwd=session.cwd, env=session.env,
-                              echo_stdout=echo_stdout, echo_stderr=echo_stderr)
-    await stack.enter_async_context(child)
-    if interrupts is not None:
-        interrupts.forward_to(child)
-        stack.callback(interrupts.forward_to, None)
-    result = await child.wait()
-    if interrupts is not None:
-        interrupts.forward_to(None)
+    result = await run_child(stack, session.argv, cwd=session.cwd, env=session.env,
+                             echo_stdout=echo_stdout, echo_stderr=echo_stderr,
+                             interrupts=interrupts)
     session.exit_status, session.stdout, session.stderr = (result.exit_status, result.stdout,
                                                            result.stderr)
 

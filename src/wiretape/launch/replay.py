@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from wiretape.errors import Interrupted, PortInUse, UsageError, signal_name
 from wiretape.inspect.verdicts import verdict_of
 from wiretape.launch import isolate
-from wiretape.launch.child import Child, Interrupts, resolve_command
+from wiretape.launch.child import Child, Interrupts, resolve_command, run_child
 from wiretape.launch.intercept import (
     Interception,
     forward_proxy_port,
@@ -557,17 +557,12 @@ async def _serve_replay(stack: contextlib.AsyncExitStack, session: _Replay,
     # namespace; start from its sandbox copy meanwhile.
     cwd, sandbox = session.launch.cwd, session.sandbox
     start_in = cwd if os.path.isdir(cwd) or sandbox is None else sandbox.map_path(cwd)
-    child = await Child.start(session.command, cwd=start_in, env=session.env,
-                              echo_stdout=echo_stdout, echo_stderr=echo_stderr)
-    await stack.enter_async_context(child)
-    session.stopping.child = child
-    interrupts = session.interrupts
-    if interrupts is not None:
-        interrupts.forward_to(child)
-        stack.callback(interrupts.forward_to, None)
-    result = await child.wait()
-    if interrupts is not None:
-        interrupts.forward_to(None)
+    def started(child: Child) -> None:
+        session.stopping.child = child
+
+    result = await run_child(stack, session.command, cwd=start_in, env=session.env,
+                             echo_stdout=echo_stdout, echo_stderr=echo_stderr,
+                             interrupts=session.interrupts, started=started)
     session.exit_status, session.stdout, session.stderr = (result.exit_status, result.stdout,
                                                            result.stderr)
 
