@@ -22,6 +22,13 @@ import errno
 import signal
 from pathlib import Path
 
+#: Exit codes of ``wiretape replay`` (DESIGN.md); an interrupted replay
+#: exits 128 + the signal's number (130 SIGINT, 143 SIGTERM).
+EXIT_PASS = 0
+EXIT_OUTCOME_DIFFERS = 1
+EXIT_USAGE = 2
+EXIT_EXCHANGES_FAIL = 3
+
 #: The exit status of a recording whose run file could not be written in
 #: full (disk full, read-only, I/O error); what was committed before stays
 #: readable.

@@ -17,12 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypeAlias, TypedDict, cast
 
+from wiretape.limits import DEFAULT_MAX_BODY as DEFAULT_MAX_BODY
+
 Header = tuple[bytes, bytes]
 Headers = tuple[Header, ...]
 
-#: The largest request body a proxy accepts unless told otherwise (bytes);
-#: a larger one gets 413.
-DEFAULT_MAX_BODY = 64 * 1024 * 1024
 
 
 class Ending(enum.StrEnum):

@@ -19,7 +19,6 @@ import click
 from wiretape.cli import render
 from wiretape.cli.files import write_whole
 from wiretape.errors import UsageError
-from wiretape.model import facets
 from wiretape.suite import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -42,6 +41,8 @@ def outcome_text(result: CheckResult) -> str:
     """``same``, ``differs: stdout, …``, or ``-`` when nothing was compared."""
     if result.verdict is None:
         return "-"
+    from wiretape.model import facets
+
     compared = {name: facet for name, facet in facets(result.verdict.outcome)
                 if isinstance(facet, dict) and facet.get("same") is not None}
     differs = [name for name, facet in compared.items() if facet.get("same") is False]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 from wiretape.errors import UsageError
@@ -16,6 +15,8 @@ def write_whole(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path``: first to a temporary file beside it, then
     renamed over it, so ``path`` holds either its old content or all of the
     new. Raises UsageError (one line) when it cannot be written."""
+    import tempfile  # here: ``wiretape --help`` does not need it
+
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,10 +22,9 @@ import click
 from wiretape import __version__
 from wiretape.cli import inspect_cmds, render, secrets_cmds
 from wiretape.cli.check_cmd import check
-from wiretape.errors import EXIT_NOT_SAVED, UsageError, WiretapeError
-from wiretape.model import DEFAULT_MAX_BODY
-from wiretape.playback.verdict import EXIT_USAGE
-from wiretape.snapshot.tree import DEFAULT_MAX_BYTES as DEFAULT_SNAPSHOT_MAX
+from wiretape.errors import EXIT_NOT_SAVED, EXIT_USAGE, UsageError, WiretapeError
+from wiretape.limits import DEFAULT_MAX_BODY
+from wiretape.limits import DEFAULT_SNAPSHOT_MAX_BYTES as DEFAULT_SNAPSHOT_MAX
 
 if TYPE_CHECKING:
     from wiretape.launch.intercept import InterceptionArguments
@@ -624,7 +622,10 @@ def main() -> None:
         sys.exit(EXIT_USAGE)
     except WiretapeError as exc:
         _fail(exc)
-    except sqlite3.DatabaseError as exc:  # met where no run file is named
+    except Exception as exc:  # a damaged run met where no run file is named
+        sqlite3 = sys.modules.get("sqlite3")  # loaded only if a command used it
+        if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
+            raise
         from wiretape.errors import write_failure_reason
 
         reason = write_failure_reason(exc)

@@ -14,15 +14,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wiretape.model import ExplanationJSON, RunInfo
-from wiretape.playback import text
-
-if TYPE_CHECKING:
-    from wiretape.launch.record import RecordResult
-    from wiretape.playback.verdict import Verdict
-
 if TYPE_CHECKING:
     from wiretape.inspect.diff import RunDiff
+    from wiretape.launch.record import RecordResult
+    from wiretape.model import ExplanationJSON, RunInfo
+    from wiretape.playback.verdict import Verdict
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -90,6 +86,8 @@ def record_summary(result: RecordResult) -> list[str]:
     for failure in result.failures:
         lines.append(f"wiretape: exchange {failure}")
     if result.connect is not None:
+        from wiretape.playback import text
+
         lines.extend(text.connect_lines(result.connect.to_json()))
     if result.error_statuses:
         said = ", ".join(f"{n} x {status}" for status, n in result.error_statuses.items())
@@ -133,6 +131,8 @@ def verdict_line(v: Verdict) -> str:
 
 def explanation_lines(explanation: ExplanationJSON) -> list[str]:
     """The body of one divergence block, coloured for a terminal."""
+    from wiretape.playback import text
+
     return text.explanation_lines(explanation, click.style)
 
 

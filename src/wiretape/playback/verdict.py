@@ -7,15 +7,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NotRequired, TypedDict
 
+# The exit codes of ``wiretape replay`` live in errors (the CLI reads them
+# without loading this module); they are named here too.
+from wiretape.errors import EXIT_EXCHANGES_FAIL as EXIT_EXCHANGES_FAIL
+from wiretape.errors import EXIT_OUTCOME_DIFFERS as EXIT_OUTCOME_DIFFERS
+from wiretape.errors import EXIT_PASS as EXIT_PASS
+from wiretape.errors import EXIT_USAGE as EXIT_USAGE
 from wiretape.model import Outcome, ReplayRow, facets
 from wiretape.playback import text
-
-#: Exit codes of ``wiretape replay`` (DESIGN.md); an interrupted replay
-#: exits 128 + the signal's number (130 SIGINT, 143 SIGTERM).
-EXIT_PASS = 0
-EXIT_OUTCOME_DIFFERS = 1
-EXIT_USAGE = 2
-EXIT_EXCHANGES_FAIL = 3
 
 
 class ExchangeSummary(TypedDict):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal, TypeAlias, TypedDict
 
 from wiretape.errors import UsageError
+from wiretape.limits import DEFAULT_SNAPSHOT_MAX_BYTES
 from wiretape.model import SnapshotPolicyJSON
 
 #: Folders never snapshotted: tools regenerate them and they are large.
@@ -33,7 +34,7 @@ DEFAULT_EXCLUDES: frozenset[str] = frozenset(
     {".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache",
      ".ruff_cache", ".tox", ".wiretape"}
 )
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_BYTES = DEFAULT_SNAPSHOT_MAX_BYTES
 _DIFF_MAX_CHARS = 4000
 
 #: Why a path is left out of a snapshot.
