@@ -168,6 +168,9 @@ class RunInfo:
     extra: dict[str, str] = field(default_factory=dict)
     #: hosts whose TLS was intercepted (``--intercept``); empty otherwise
     intercept: tuple[str, ...] = ()
+    #: the allowances recorded with the run (``record --allow``): learned
+    #: correspondences its replays accept (matching.correspond.ALLOWANCES)
+    allow: tuple[str, ...] = ()
 
 
 # --- JSON ---------------------------------------------------------------------------------------
@@ -247,12 +250,13 @@ class RunMeta(TypedDict, total=False):
     #: per snapshot id (as text): the paths left out, as ``[path, reason]``
     left_out: dict[str, list[list[str]]]
     scrubbed: list[ScrubJSON]
+    allow: list[str]
 
 
 # --- replays -------------------------------------------------------------------------------------
 
 #: How a replay request was matched (playback.decide.Kind).
-ReplayKind: TypeAlias = Literal["exact", "substituted", "diverged", "missing"]
+ReplayKind: TypeAlias = Literal["exact", "substituted", "equivalent", "diverged", "missing"]
 #: How a replay was run (playback.decide.Mode).
 ReplayMode: TypeAlias = Literal["strict", "diagnostic"]
 #: How the sandbox was shown to the agent: at the original paths, with paths
@@ -269,6 +273,10 @@ class ReplaySettingsJSON(TypedDict):
     cwd: str
     allow_substitutions: bool
     substitutions: list[list[str]]
+    #: the learned correspondences accepted (``ids``, ``clock``, ``key-order``)
+    allow: NotRequired[list[str]]
+    #: file patterns the outcome leaves out (``--outcome-ignore``)
+    outcome_ignore: NotRequired[list[str]]
     sandbox: str | None
     paths: SandboxPaths
     ports: dict[str, int]
@@ -323,6 +331,20 @@ class ExplanationJSON(TypedDict):
     first_line: str
 
 
+class LearnedJSON(TypedDict):
+    """One learned correspondence that fired (matching.correspond): how many
+    values it made equivalent, where (pointers, at most 10; ``/a#/b`` is
+    ``/b`` inside the JSON text held by the string at ``/a``), the first
+    examples as ``[recorded, live]`` and, for ``clock``, the learned shift
+    (live minus recorded, seconds)."""
+
+    rule: str
+    count: int
+    pointers: list[str]
+    examples: list[list[str]]
+    shift_s: NotRequired[float]
+
+
 class RequestDetail(TypedDict):
     """What decided a replay request's kind: the fields that differ, the
     informational headers that differ, the body's differing bytes, the
@@ -335,6 +357,10 @@ class RequestDetail(TypedDict):
     first_body_offset: int | None
     substitutions: list[list[str | int]]
     explanation: NotRequired[ExplanationJSON]
+    #: the learned correspondences that made it equivalent (or would have)
+    learned: NotRequired[list[LearnedJSON]]
+    #: the rules it needed that were not allowed (then it is diverged)
+    not_allowed: NotRequired[list[str]]
 
 
 class ReplayRow(TypedDict):
@@ -421,6 +447,10 @@ class FilesFacet(Facet):
     differing_count: NotRequired[int]
     volatile: NotRequired[list[FileVolatile]]
     volatile_count: NotRequired[int]
+    #: paths left out (``--outcome-ignore``)
+    ignored: NotRequired[list[str]]
+    #: files whose names differ only by learned values, ``[recorded, replayed]``
+    paired: NotRequired[list[list[str]]]
 
 
 class IsolationFacet(Facet):

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from wiretape.launch.trust import Elsewhere
     from wiretape.suite.runner import CheckResult
 
-HEADER = ["run", "result", "recorded", "exact", "substituted", "diverged", "missing", "unused",
-          "outcome", "time"]
+HEADER = ["run", "result", "recorded", "exact", "substituted", "equivalent", "diverged", "missing",
+          "unused", "outcome", "time"]
 
 
 def display(path: Path) -> str:
@@ -53,8 +53,9 @@ def outcome_text(result: CheckResult) -> str:
 
 def row(result: CheckResult) -> list[str]:
     v = result.verdict
-    counts = ["-"] * 6 if v is None else [
-        str(n) for n in (v.recorded, v.exact, v.substituted, v.diverged, v.missing, v.unused)]
+    counts = ["-"] * 7 if v is None else [
+        str(n) for n in (v.recorded, v.exact, v.substituted, v.equivalent, v.diverged, v.missing,
+                         v.unused)]
     return [display(result.path), result.status.value.upper(), *counts, outcome_text(result),
             f"{result.duration_s:.1f} s"]
 

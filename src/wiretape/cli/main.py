@@ -66,6 +66,24 @@ def _substitutions(values: Sequence[str]) -> tuple[Substitution, ...]:
     )
 
 
+def _allow_option(command: C) -> C:
+    return click.option(
+        "--allow", "allow", multiple=True, metavar="RULES",
+        help="Accept requests equal to their recording up to these learned correspondences, "
+             "counted as equivalent: ids (UUIDs and other ids a run makes), clock (one "
+             "consistent clock shift), key-order (JSON members reordered), paths (declared "
+             "substitutions). Comma-separated; repeatable.")(command)
+
+
+def _allowances(values: Sequence[str]) -> frozenset[str]:
+    from wiretape.matching.correspond import parse_allowances
+
+    try:
+        return parse_allowances(",".join(values), "--allow")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:  # click's own signature: what the command returns
         try:
@@ -146,11 +164,12 @@ def _intercept_arguments(intercept: bool, hosts: tuple[str, ...], upstream_ca: P
 @click.option("--snapshot-binary", is_flag=True,
               help="Take binary files into the snapshot (their bytes are not checked for "
                    "secrets).")
+@_allow_option
 @_intercept_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...], max_body: int,
            snapshot_paths: tuple[str, ...], no_snapshot: bool, snapshot_max: int,
-           snapshot_include: tuple[str, ...], snapshot_binary: bool,
+           snapshot_include: tuple[str, ...], snapshot_binary: bool, allow: tuple[str, ...],
            intercept: bool, intercept_hosts: tuple[str, ...], upstream_ca: Path | None,
            resolve: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Run COMMAND with its provider base URLs pointed at a recording proxy
@@ -191,6 +210,7 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
             snapshots=snapshots,
             snapshot_max=snapshot_max,
             snapshot_policy=SnapshotPolicy(include=snapshot_include, binary=snapshot_binary),
+            allow=sorted(_allowances(allow)),
             **_intercept_arguments(intercept, intercept_hosts, upstream_ca, resolve, upstreams),
         )
     )
@@ -248,11 +268,16 @@ def _mode(strict: bool, diagnostic: bool) -> Mode:
 @click.option("-y", "--yes", is_flag=True,
               help="Run the recorded command without asking, also of a run recorded by "
                    "another user or on another host.")
+@_allow_option
+@click.option("--outcome-ignore", "outcome_ignore", multiple=True, metavar="GLOB",
+              help="Leave files matching GLOB (a path relative to a snapshotted folder, "
+                   "fnmatch) out of the outcome; named in the verdict. Repeatable.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tuple[str, ...],
            allow_substitutions: bool, ports: tuple[str, ...], as_json: bool, keep: bool,
            same_paths: bool | None, offline: bool, clock: str, state: str,
-           intercept: bool | None, yes: bool, command: tuple[str, ...]) -> None:
+           intercept: bool | None, yes: bool, allow: tuple[str, ...],
+           outcome_ignore: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Replay RUN (a run id or file) against COMMAND with no provider.
 
     Without COMMAND the recorded command runs again in the recorded
@@ -279,7 +304,8 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
                               allow_substitutions=allow_substitutions, ports=tuple(_ports(ports)),
                               keep=keep, same_paths=same_paths, offline=offline,
                               clock_recorded=clock == "recorded", state=state,
-                              intercept=intercept)
+                              intercept=intercept, allow=_allowances(allow),
+                              outcome_ignore=outcome_ignore)
     path = resolve_run(run)
     if not command and not yes:
         _confirm_recorded_command(path)
@@ -336,6 +362,7 @@ def _confirm_recorded_command(path: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY, show_default=True,
               help="Largest request body accepted, in bytes; larger gets 413.")
+@_allow_option
 @_intercept_options
 def serve(
     record_mode: bool,
@@ -348,6 +375,7 @@ def serve(
     pace: str,
     as_json: bool,
     max_body: int,
+    allow: tuple[str, ...],
     intercept: bool,
     intercept_hosts: tuple[str, ...],
     upstream_ca: Path | None,
@@ -401,7 +429,8 @@ def serve(
                                        max_body=max_body,
                                        on_listening=(lambda _o: announce([])) if intercept
                                        else announce,
-                                       on_environment=announce_proxy, until=stop, **extra))
+                                       on_environment=announce_proxy, until=stop,
+                                       allow=sorted(_allowances(allow)), **extra))
         for line in render.record_summary(result):
             _say(line)
         sys.exit(result.write_error.exit_code if result.write_error is not None else 0)
@@ -429,6 +458,7 @@ def serve(
         ports=tuple(_ports(ports)),
         max_body=max_body,
         intercept=True if intercept else None,
+        allow=_allowances(allow),
     )
     exported: list[str] = []
 

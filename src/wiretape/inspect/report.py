@@ -245,13 +245,15 @@ def replays(verdicts: Sequence[Verdict]) -> str:
             if isinstance(f, Mapping) and k in COMPARED_FACETS
         )
         counts = "".join(f"<td data-{k}=\"{getattr(v, k)}\">{getattr(v, k)}</td>" for k in
-                         ("recorded", "exact", "substituted", "diverged", "missing", "unused"))
+                         ("recorded", "exact", "substituted", "equivalent", "diverged",
+                          "missing", "unused"))
         out.append(
             f'<div class="replay" data-replay="{_e(v.replay_id)}" data-verdict="{status}">'
             f'<h3><span class="badge {status.lower()}">{status}</span> <span class="mono">'
             f'{_e(v.replay_id)}</span> <span class="muted">{_e(v.mode)}'
             f'{"" if v.complete else ", did not finish"}</span></h3>'
-            "<table><thead><tr><th>recorded</th><th>exact</th><th>substituted</th><th>diverged</th>"
+            "<table><thead><tr><th>recorded</th><th>exact</th><th>substituted</th>"
+            "<th>equivalent</th><th>diverged</th>"
             f"<th>missing</th><th>unused</th></tr></thead><tbody><tr>{counts}</tr></tbody></table>"
             f'<div class="muted">outcome: {_e(outcome or "not compared")}</div>')
         out.extend(_divergence(r) for r in v.requests if r.get("kind") != "exact")

@@ -41,4 +41,5 @@ def verdict_of(run: RunFile, replay_id: str | None = None, *,
         complete=chosen["ended_at_ns"] is not None, recorded_seqs=seqs, rows=rows,
         allow_substitutions=bool(chosen["settings"].get("allow_substitutions")),
         outcome=chosen["outcome"] or {}, describe=describe,
+        allow=chosen["settings"].get("allow", []),
     )

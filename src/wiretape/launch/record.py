@@ -147,6 +147,7 @@ async def record(
     upstream_options: UpstreamOptions | None = None,
     on_environment: Callable[[dict[str, str]], None] | None = None,
     snapshot_policy: SnapshotPolicy = DEFAULT_POLICY,
+    allow: Sequence[str] = (),
 ) -> RecordResult:
     """Record ``argv`` (or, with ``argv`` None, serve until ``until`` is set).
 
@@ -167,6 +168,8 @@ async def record(
     ``upstream_options``: extra CA and address overrides for reaching origins.
     ``on_environment`` is called with the variables set for the agent (name
     to value) once the proxy listens, for an agent started by someone else.
+    ``allow``: learned correspondences every replay of the run accepts
+    (matching.correspond.ALLOWANCES names), stored with it.
 
     However it ends (an error, a cancellation), the ports, the CA and an
     agent still running are given back, and the run file, once made, keeps
@@ -197,7 +200,7 @@ async def record(
                     ports=ports, max_body=max_body, snapshots=snapshots,
                     snapshot_max=snapshot_max, intercept=intercept,
                     upstream_options=upstream_options or UpstreamOptions(),
-                    snapshot_policy=snapshot_policy)
+                    snapshot_policy=snapshot_policy, allow=allow)
                 # The run file exists: however the recording ends, it keeps its end and outcome.
                 stack.push_async_callback(_judge_record, session)
                 if on_environment is not None:
@@ -284,7 +287,7 @@ async def _prepare_record(
     out: Path | None, upstreams: Sequence[tuple[str, str]],
     ports: Sequence[tuple[str | None, int]], max_body: int, snapshots: Sequence[Path] | None,
     snapshot_max: int, intercept: InterceptSettings | None, upstream_options: UpstreamOptions,
-    snapshot_policy: SnapshotPolicy = DEFAULT_POLICY,
+    snapshot_policy: SnapshotPolicy = DEFAULT_POLICY, allow: Sequence[str] = (),
 ) -> _Recording:
     """Check the input and snapshot the trees; then bind the listeners;
     then create the run file and its recorder, so bad input leaves nothing
@@ -331,7 +334,7 @@ async def _prepare_record(
     info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=tuple(argv or ()), cwd=cwd,
                    env_names=tuple(sorted(names)), origins=tuple(origins),
                    started_at_ns=time.time_ns(), mode="record" if argv is not None else "serve",
-                   extra=trust.here())
+                   extra=trust.here(), allow=tuple(sorted(set(allow))))
     run = _create_run(path, redact_info(info, rules, facts))
     stack.callback(run.close, compact=True)
     try:

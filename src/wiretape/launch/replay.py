@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import difflib
+import fnmatch
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ from urllib.parse import urlsplit
 
 from wiretape.errors import Interrupted, PortInUse, UsageError, signal_name
 from wiretape.inspect.verdicts import verdict_of
-from wiretape.launch import isolate
+from wiretape.launch import config, isolate
 from wiretape.launch.child import Child, Interrupts, resolve_command, run_child
 from wiretape.launch.intercept import (
     Interception,
@@ -32,7 +34,8 @@ from wiretape.launch.intercept import (
 )
 from wiretape.launch.origins import child_environment
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet, sweep_stale
-from wiretape.matching.volatile import compare_volatile
+from wiretape.matching.correspond import Learned
+from wiretape.matching.volatile import compare_volatile, equal_up_to
 from wiretape.model import (
     DEFAULT_MAX_BODY,
     ExitStatusFacet,
@@ -73,6 +76,11 @@ class ReplaySettings:
     clock_recorded: bool = False  # the agent's clock starts at the recorded start
     state: str = "recorded"  # recorded: restore the snapshots; current: copy the trees as they are
     intercept: bool | None = None  # None: as recorded (a run recorded with --intercept intercepts)
+    #: learned correspondences accepted besides those recorded with the run
+    #: (matching.correspond.ALLOWANCES; ``paths`` is allow_substitutions)
+    allow: frozenset[str] = frozenset()
+    #: file patterns (fnmatch, relative to a snapshot root) the outcome leaves out
+    outcome_ignore: tuple[str, ...] = ()
 
 
 #: How much of a failed agent's stderr the verdict keeps: the first lines,
@@ -97,7 +105,8 @@ def stderr_excerpt(stderr: bytes) -> list[str]:
 
 
 def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: int | None,
-               stdout: bytes, since: float | None = None, stderr: bytes = b"") -> Outcome:
+               stdout: bytes, since: float | None = None, stderr: bytes = b"", *,
+               learned: Learned | None = None) -> Outcome:
     """The outcome part of a verdict: each facet same, differs, or not
     compared (None). An agent that exited non-zero leaves the first lines
     of its ``stderr`` in the exit status facet."""
@@ -109,6 +118,8 @@ def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: i
     # Output that differs only in timestamps (a log line's time) is the same
     # output; the values are named under "volatile".
     compared = compare_volatile(recorded_stdout, stdout, since=since)
+    if not compared.same and learned is not None:
+        compared = equal_up_to(recorded_stdout, stdout, learned) or compared
     exit_facet: ExitStatusFacet = {"same": recorded_exit == exit_status if known else None,
                                    "recorded": recorded_exit, "replayed": exit_status}
     if exit_status != 0:
@@ -410,6 +421,8 @@ class _Replay:
     stderr: bytes = b""
     verdict: Verdict | None = None
     interrupts: Interrupts | None = None
+    #: lines for the verdict's sandbox notes (where settings came from, ...)
+    notes: list[str] = field(default_factory=list)
 
     def start(self) -> None:
         """Begin the replay in the run's replay log, with how it is served
@@ -419,9 +432,11 @@ class _Replay:
         self.run.start_replay(self.replayer.replay_id, settings.mode.value, {
             "pace": settings.pace.value, "argv": [redact_str(a, "argv", rules) for a in self.argv],
             "cwd": self.launch.cwd,
-            "allow_substitutions": settings.allow_substitutions,
+            "allow_substitutions": self.policy.allow_substitutions,
             "substitutions": [[s.old.decode("utf-8", "replace"), s.new.decode("utf-8", "replace")]
                               for s in self.policy.substitutions],
+            "allow": sorted(self.policy.allow),
+            "outcome_ignore": list(settings.outcome_ignore),
             "sandbox": str(self.sandbox.root) if self.sandbox else None,
             "paths": self.launch.mode, "ports": {o.name: o.port for o in self.origins},
         }, serve_only=self.command is None)
@@ -449,9 +464,15 @@ async def _prepare_replay(
     command, sandbox, launch = _plan_replay(stack, run, path, info, argv, settings, cwd=cwd,
                                             serve_only=until is not None)
     stopping = _Stopping(until or asyncio.Event())
+    project = config.find(Path(cwd or os.getcwd()))
+    allow = settings.allow | frozenset(info.allow) | project.allow
+    settings = dataclasses.replace(
+        settings, outcome_ignore=tuple(dict.fromkeys(settings.outcome_ignore
+                                                     + project.outcome_ignore)))
     policy = Policy(mode=settings.mode,
                     substitutions=settings.substitutions + launch.substitutions,
-                    allow_substitutions=settings.allow_substitutions)
+                    allow_substitutions=settings.allow_substitutions or "paths" in allow,
+                    allow=allow - {"paths"}, clock_tolerance_s=clock_tolerance(info))
     replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=stopping,
                         on_decision=on_decision, redactor=live_redactor(run))
     isolated = (isolate.prepare(launch.isolation, os.environ)
@@ -467,9 +488,30 @@ async def _prepare_replay(
         if isolated is not None:
             env = {**env, **isolated.env}
             command = isolated.command(command)
-    return _Replay(run, info, settings, list(argv or info.argv), command, sandbox, launch, policy,
-                   replayer, stopping, isolated, listeners, connect, origins, env,
-                   proxy_variables)
+    session = _Replay(run, info, settings, list(argv or info.argv), command, sandbox, launch,
+                      policy, replayer, stopping, isolated, listeners, connect, origins, env,
+                      proxy_variables)
+    if project.source is not None and (project.allow or project.outcome_ignore):
+        said = [f"allow {', '.join(sorted(project.allow))}" if project.allow else "",
+                f"outcome-ignore {', '.join(project.outcome_ignore)}"
+                if project.outcome_ignore else ""]
+        session.notes.append(f"wiretape: settings from {project.source}: "
+                             + "; ".join(x for x in said if x))
+    return session
+
+
+#: Seconds a clock reading may stray from the learned shift beyond the
+#: recording's own length: the replay runs faster or slower than the
+#: recording did (model latency is gone, tools take their own time).
+CLOCK_SLACK_S = 60.0
+
+
+def clock_tolerance(info: RunInfo) -> float:
+    """How far (seconds) a live clock reading may stray from the learned
+    shift: the recording's length plus CLOCK_SLACK_S."""
+    if info.ended_at_ns is None or not info.started_at_ns:
+        return 600.0 + CLOCK_SLACK_S
+    return max(0.0, (info.ended_at_ns - info.started_at_ns) / 1e9) + CLOCK_SLACK_S
 
 
 def live_redactor(run: RunFile) -> LiveRedactor:
@@ -583,19 +625,31 @@ async def _judge_replay(session: _Replay) -> None:
     stdout = redactor.text(session.stdout, "stdout", recorded=info.stdout)
     stderr = redactor.text(session.stderr, "stderr", recorded=info.stderr)
     since = info.started_at_ns / 1e9 if info.started_at_ns else None
+    # The outcome is judged by the rules the requests were: what the replay
+    # learned (ids, clock shift) holds for the files and output too.
+    learned = replayer.learned if session.policy.allow else None
     # The failed agent's stderr kept in the verdict is the redacted one.
-    outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout, since, stderr)
+    outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout, since, stderr,
+                         learned=learned)
     sandbox = session.sandbox
+    notes = list(session.notes)
     if sandbox is not None and exit_status is not None:
         box = sandbox
         outcome["files"] = files_facet(
             run.outcome_changes(),
             box.changes(lambda e: redact_entry(e, redactor.text, "replay")),
             lambda _sid, _path, digest: run.content(digest),
-            lambda sid, path, _digest: box.content(sid, path), since=since)
+            lambda sid, path, _digest: box.content(sid, path), since=since,
+            learned=learned, ignore=settings.outcome_ignore)
+        ignored = outcome["files"].get("ignored", [])
+        for pattern in settings.outcome_ignore:
+            if not any(fnmatch.fnmatchcase(path, pattern) for path in ignored):
+                notes.append(f"wiretape: --outcome-ignore {pattern!r} matched no file the "
+                             "agent changed (patterns match paths relative to a snapshotted "
+                             "folder, e.g. '.cache/*')")
     outcome["isolation"] = isolation_facet(launch, settings, dns)
     outcome["sandbox"] = {"same": None, "paths": launch.mode,
-                          "notes": launch.notes + run.replay_log_notes(),
+                          "notes": [*launch.notes, *notes, *run.replay_log_notes()],
                           "kept": str(sandbox.root) if sandbox and settings.keep else None}
     if session.connect is not None:
         outcome["intercept"] = {"same": None, **session.connect.report.to_json()}

@@ -12,6 +12,7 @@ nothing of proxies.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import posixpath
 import shutil
@@ -22,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wiretape.errors import RunFileError
-from wiretape.matching.volatile import VolatileComparison, compare_volatile
+from wiretape.matching import correspond
+from wiretape.matching.correspond import Learned
+from wiretape.matching.volatile import VolatileComparison, compare_volatile, equal_up_to
 from wiretape.model import FileDifference, FilesFacet, FileSides, FileVolatile
 from wiretape.playback.decide import Substitution
 from wiretape.snapshot.restore import restore
@@ -274,7 +277,8 @@ def files_facet(recorded: Mapping[int, list[ChangeJSON]],
                 replayed: Mapping[int, list[ChangeJSON]],
                 recorded_content: Content | None = None,
                 replayed_content: Content | None = None, *,
-                since: float | None = None) -> FilesFacet:
+                since: float | None = None, learned: Learned | None = None,
+                ignore: Sequence[str] = ()) -> FilesFacet:
     """The outcome's files part: same when both runs changed the same paths
     the same way. A file both runs added or modified whose bytes differ
     only in timestamps and timings (:mod:`wiretape.matching.volatile`)
@@ -282,16 +286,40 @@ def files_facet(recorded: Mapping[int, list[ChangeJSON]],
     the ``*_content(snapshot_id, path, after_hash)`` callables give each
     side's bytes (None when not kept: then the bytes must be equal). Else
     the differing paths, each with both sides' change and diff, cut short,
-    and the first real differences when both sides' bytes are known."""
+    and the first real differences when both sides' bytes are known.
+
+    With ``learned`` (what a replay learned of its ids and clock shift,
+    matching.correspond), a file is also the same when it differs only by
+    those values, and a file whose name differs only by them is paired with
+    its recorded counterpart (``paired``); ``learned`` grows by what the
+    files hold. Paths matching an ``ignore`` pattern (fnmatch, relative to
+    the snapshot root) are left out and listed under ``ignored``."""
     def key(rows: list[ChangeJSON]) -> dict[str, tuple[ChangeKind, str | None]]:
         return {r["path"]: (r["change"], r["after_hash"]) for r in rows}
 
     differing: list[FileDifference] = []
     volatile: list[FileVolatile] = []
+    ignored: list[str] = []
+    paired: list[list[str]] = []
+
+    def kept(rows: list[ChangeJSON]) -> list[ChangeJSON]:
+        out = []
+        for row in rows:
+            if any(fnmatch.fnmatchcase(row["path"], pattern) for pattern in ignore):
+                ignored.append(row["path"])
+            else:
+                out.append(row)
+        return out
+
     for sid in sorted(set(recorded) | set(replayed)):
-        rec, rep = key(recorded.get(sid, [])), key(replayed.get(sid, []))
-        by_path_rec = {r["path"]: r for r in recorded.get(sid, [])}
-        by_path_rep = {r["path"]: r for r in replayed.get(sid, [])}
+        rec_rows, rep_rows = kept(recorded.get(sid, [])), kept(replayed.get(sid, []))
+        renamed = {rec_name: rep_name for rec_name, rep_name in paired}
+        if learned is not None:
+            rep_rows = _pair_names(rec_rows, rep_rows, learned, paired)
+            renamed = {rec_name: rep_name for rec_name, rep_name in paired}
+        rec, rep = key(rec_rows), key(rep_rows)
+        by_path_rec = {r["path"]: r for r in rec_rows}
+        by_path_rep = {r["path"]: r for r in rep_rows}
         for path in sorted(set(rec) | set(rep)):
             if rec.get(path) == rep.get(path):
                 continue
@@ -299,7 +327,8 @@ def files_facet(recorded: Mapping[int, list[ChangeJSON]],
                               "recorded": _describe(by_path_rec.get(path)),
                               "replayed": _describe(by_path_rep.get(path))}
             compared = _compare_contents(sid, path, rec.get(path), rep.get(path),
-                                         recorded_content, replayed_content, since)
+                                         recorded_content, replayed_content, since,
+                                         learned, renamed.get(path, path))
             if compared is not None and compared.same:
                 volatile.append({**row, "values": compared.summary(),
                                  "count": sum(compared.volatile.values()),
@@ -314,25 +343,62 @@ def files_facet(recorded: Mapping[int, list[ChangeJSON]],
                                   "replayed": row["replayed"], "recorded_diff": diffs[0],
                                   "replayed_diff": diffs[1]})
     changed = sum(len(v) for v in replayed.values())
-    return {"same": not differing, "changed": changed, "differing": differing[:20],
-            "differing_count": len(differing), "volatile": volatile[:20],
-            "volatile_count": len(volatile)}
+    facet: FilesFacet = {"same": not differing, "changed": changed,
+                         "differing": differing[:20], "differing_count": len(differing),
+                         "volatile": volatile[:20], "volatile_count": len(volatile)}
+    if ignored:
+        facet["ignored"] = sorted(set(ignored))
+    if paired:
+        facet["paired"] = paired
+    return facet
+
+
+def _pair_names(recorded: list[ChangeJSON], replayed: list[ChangeJSON], learned: Learned,
+                paired: list[list[str]]) -> list[ChangeJSON]:
+    """The replayed rows, each whose path exists only on its side renamed to
+    the recorded-only path it equals up to ``learned`` (a session file
+    named by its id, a backup named by its time); each pair is noted in
+    ``paired`` as ``[recorded, replayed]``."""
+    rec_paths = {r["path"] for r in recorded}
+    rep_paths = {r["path"] for r in replayed}
+    alone = sorted(rec_paths - rep_paths)
+    out = []
+    for row in replayed:
+        path = row["path"]
+        if path not in rec_paths:
+            for candidate in alone:
+                found = correspond.compare(candidate, path, learned, "name")
+                if found.equivalent:
+                    learned.forward, learned.backward = (found.learned.forward,
+                                                         found.learned.backward)
+                    learned.shift_s = found.learned.shift_s
+                    alone.remove(candidate)
+                    paired.append([candidate, path])
+                    row = {**row, "path": candidate}
+                    break
+        out.append(row)
+    return out
 
 
 def _compare_contents(sid: int, path: str, rec: tuple[ChangeKind, str | None] | None,
                       rep: tuple[ChangeKind, str | None] | None, recorded_content: Content | None,
                       replayed_content: Content | None,
-                      since: float | None) -> VolatileComparison | None:
+                      since: float | None, learned: Learned | None = None,
+                      replayed_path: str | None = None) -> VolatileComparison | None:
     """Both sides' resulting bytes compared with timestamps and timings set
     aside (added on one side and modified on the other compares the same
     way), or None when a side deleted the file or its bytes are not known."""
     if (rec is None or rep is None or "deleted" in (rec[0], rep[0])
             or recorded_content is None or replayed_content is None):
         return None
-    old, new = recorded_content(sid, path, rec[1]), replayed_content(sid, path, rep[1])
+    old = recorded_content(sid, path, rec[1])
+    new = replayed_content(sid, replayed_path or path, rep[1])
     if old is None or new is None:
         return None
-    return compare_volatile(old, new, since=since)
+    compared = compare_volatile(old, new, since=since)
+    if not compared.same and learned is not None:
+        return equal_up_to(old, new, learned) or compared
+    return compared
 
 
 def _diff(row: ChangeJSON | None) -> str:

@@ -31,6 +31,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from wiretape.matching import correspond
+from wiretape.matching.correspond import Learned
 from wiretape.matching.jsontree import Change, JsonObject, at, diff, parse, pointer
 from wiretape.matching.kinds import SpanKind
 from wiretape.matching.regions import differing_region, split
@@ -253,3 +255,29 @@ def _scalar_text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+#: What a learned rule's values are called in an outcome summary.
+_LEARNED_KIND = {"ids": "id", "clock": "clock reading", "key-order": "key order"}
+
+
+def equal_up_to(recorded: bytes, replayed: bytes, learned: Learned) -> VolatileComparison | None:
+    """Two texts (a file, stdout) the same up to what a replay ``learned``
+    (matching.correspond: the identifier bijection, the clock shift, key
+    order): a ``same`` comparison naming the values by kind (``id``,
+    ``clock reading``, ``key order``), and ``learned`` extended by what
+    they hold; None (``learned`` untouched) when a real difference remains
+    or a side is not UTF-8."""
+    try:
+        old, new = recorded.decode("utf-8"), replayed.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    found = correspond.compare(old, new, learned)
+    if not found.equivalent:
+        return None
+    learned.forward, learned.backward = found.learned.forward, found.learned.backward
+    learned.shift_s = found.learned.shift_s
+    counts = Counter(_LEARNED_KIND[rule.value] for rule, *_ in found.fired)
+    examples = tuple((where, _short(rec), _short(live))
+                     for _, where, rec, live in found.fired[:MAX_LISTED])
+    return VolatileComparison(dict(counts), examples, (), 0)

@@ -4,8 +4,10 @@ Pure: values in, a value out; no sockets, no clock, no disk. The rules are
 DESIGN.md's "Matching and the verdict": among the recorded exchanges not yet
 served on the same method and path, in sequence order, the first equal byte
 for byte is exact; else the first equal after declared substitutions is
-substituted; else the first is diverged; with none left the request is
-missing.
+substituted; else the first equal up to learned correspondences
+(matching.correspond: ids, clock shift, key order) is equivalent when every
+rule it needs is allowed, and diverged (naming the rules) when not; else the
+first is diverged; with none left the request is missing.
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from wiretape.matching import correspond
+from wiretape.matching.correspond import Equivalence, Learned
 from wiretape.matching.headers import DEFAULT_SEMANTIC_HEADERS
 from wiretape.matching.regions import differing_region
-from wiretape.model import Headers, Request
+from wiretape.model import Headers, LearnedJSON, Request
 
 
 class Kind(enum.StrEnum):
     EXACT = "exact"
     SUBSTITUTED = "substituted"
+    EQUIVALENT = "equivalent"
     DIVERGED = "diverged"
     MISSING = "missing"
 
@@ -48,6 +53,11 @@ class Policy:
     semantic_headers: tuple[bytes, ...] = DEFAULT_SEMANTIC_HEADERS
     substitutions: tuple[Substitution, ...] = ()
     allow_substitutions: bool = False
+    #: the learned correspondences accepted (correspond.Rule values)
+    allow: frozenset[str] = frozenset()
+    #: how far a clock reading may stray from the learned shift (seconds):
+    #: the time that passes differently in the recording and the replay
+    clock_tolerance_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,11 @@ class Decision:
     stop: bool
     comparison: Comparison = field(default_factory=Comparison)
     substitutions_fired: tuple[tuple[str, str, int], ...] = ()
+    #: what the replay knows once this request is answered (None: unchanged)
+    learned: Learned | None = None
+    #: the learned correspondences that fired, and those not allowed
+    rules: tuple[LearnedJSON, ...] = ()
+    not_allowed: tuple[str, ...] = ()
 
 
 def _header_map(headers: Headers, names: Sequence[bytes]) -> dict[bytes, list[bytes]]:
@@ -156,9 +171,12 @@ def apply_substitutions(
     return replaced, tuple(fired)
 
 
-def decide(live: Request, remaining: Sequence[Candidate], policy: Policy) -> Decision:
+def decide(live: Request, remaining: Sequence[Candidate], policy: Policy,
+           learned: Learned | None = None) -> Decision:
     """Decide how to answer ``live`` given the not-yet-served ``remaining``
-    (in sequence order)."""
+    (in sequence order) and what the replay has ``learned`` so far (the
+    identifier bijection and clock shift; a fresh one when None). The
+    decision carries the learned state to hold from then on."""
     same_route = [
         c for c in remaining if c.request.method == live.method and c.request.path == live.path
     ]
@@ -169,6 +187,8 @@ def decide(live: Request, remaining: Sequence[Candidate], policy: Policy) -> Dec
         comparison = compare(live, cand.request, policy)
         if comparison.equal:
             return Decision(Kind.EXACT, cand.seq, serve=True, stop=False, comparison=comparison)
+    substituted: Request = live
+    fired: tuple[tuple[str, str, int], ...] = ()
     if policy.substitutions:
         substituted, fired = apply_substitutions(live, policy.substitutions)
         if fired:
@@ -180,8 +200,49 @@ def decide(live: Request, remaining: Sequence[Candidate], policy: Policy) -> Dec
                         Kind.SUBSTITUTED, cand.seq, serve=ok, stop=not ok,
                         comparison=compare(live, cand.request, policy), substitutions_fired=fired,
                     )
+    for cand in same_route:
+        found = equivalence(substituted, cand.request, policy,
+                            learned or Learned(policy.clock_tolerance_s))
+        if found is None:
+            continue
+        needed = sorted(rule.value for rule in found.rules)
+        not_allowed: tuple[str, ...] = tuple(r for r in needed if r not in policy.allow)
+        if fired and not policy.allow_substitutions:
+            not_allowed = ("paths", *not_allowed)
+        kind = Kind.DIVERGED if not_allowed else Kind.EQUIVALENT
+        ok = not strict or not not_allowed
+        return Decision(
+            kind, cand.seq, serve=ok, stop=not ok,
+            comparison=compare(live, cand.request, policy), substitutions_fired=fired,
+            learned=found.learned, rules=tuple(found.summary()), not_allowed=not_allowed,
+        )
     first = same_route[0]
     return Decision(
         Kind.DIVERGED, first.seq, serve=not strict, stop=strict,
         comparison=compare(live, first.request, policy),
     )
+
+
+def equivalence(live: Request, recorded: Request, policy: Policy,
+                learned: Learned) -> Equivalence | None:
+    """``live`` against ``recorded`` up to learned correspondences: the
+    same method and semantic headers, and a target and body (UTF-8) that
+    correspond. None when they do not, or are not text."""
+    if live.method != recorded.method:
+        return None
+    wanted = policy.semantic_headers
+    if _header_map(live.headers, wanted) != _header_map(recorded.headers, wanted):
+        return None
+    try:
+        bodies = recorded.body.decode("utf-8"), live.body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    target = correspond.compare(recorded.target.decode("latin-1"), live.target.decode("latin-1"),
+                                learned, "target")
+    if not target.equivalent:
+        return None
+    body = correspond.compare(*bodies, target.learned)
+    if not body.equivalent:
+        return None
+    body.fired[:0] = target.fired
+    return body

@@ -16,11 +16,14 @@ from wiretape.model import (
     ConnectReportJSON,
     ExplanationJSON,
     Facet,
+    LearnedJSON,
     facets,
 )
 
 if TYPE_CHECKING:
     from wiretape.playback.verdict import Verdict
+
+from wiretape.matching.correspond import duration
 
 
 class Style(Protocol):
@@ -46,11 +49,38 @@ def verdict_line(v: Verdict) -> str:
     extra = "" if v.complete else " [replay did not finish]"
     stopped = v.outcome.get("stopped", {}).get("reason") if v.outcome else None
     tail = f"; stopped at {stopped}" if stopped else ""
+    # A replay that learned nothing and allowed nothing reads as it always has.
+    equivalent = (f"equivalent {v.equivalent} ({_rules_word(v)}), " if v.equivalent
+                  else "equivalent 0, " if v.allow else "")
     return (
         f"wiretape: verdict {status}{extra} ({v.mode}): recorded {v.recorded}, exact {v.exact}, "
-        f"substituted {v.substituted}, diverged {v.diverged}, missing {v.missing}, "
+        f"substituted {v.substituted}, {equivalent}diverged {v.diverged}, missing {v.missing}, "
         f"unused {v.unused}; outcome: {outcome}{tail}"
     )
+
+
+def _rules_word(v: Verdict) -> str:
+    """``ids, clock +1d 2h, key-order``: the rules that fired."""
+    return ", ".join(rule_word(entry) for entry in v.rules)
+
+
+def rule_word(entry: LearnedJSON) -> str:
+    """A learned rule in a word or two: ``ids``, ``clock +1d 2h``."""
+    shift = entry.get("shift_s")
+    return entry["rule"] if shift is None else f"{entry['rule']} {duration(shift)}"
+
+
+def learned_lines(entries: list[LearnedJSON], indent: str = "  ") -> list[str]:
+    """Each learned rule that fired: how often, where, and an example."""
+    lines = []
+    for entry in entries:
+        where = ", ".join(entry["pointers"][:4])
+        more = len(entry["pointers"]) - 4
+        where += f" and {more} more places" if more > 0 else ""
+        lines.append(f"{indent}{rule_word(entry)}: {entry['count']} value(s) at {where}")
+        for recorded, live in entry["examples"][:2]:
+            lines.append(f"{indent}  {_clip(recorded, 60)!r} -> {_clip(live, 60)!r}")
+    return lines
 
 
 def _exit_statuses(name: str, facet: Facet) -> str:
@@ -76,7 +106,8 @@ def _facet_word(facet: Facet) -> str:
     return "same"
 
 
-_KIND_COLOUR = {"diverged": "red", "missing": "red", "substituted": "yellow"}
+_KIND_COLOUR = {"diverged": "red", "missing": "red", "substituted": "yellow",
+                "equivalent": "cyan"}
 
 
 def _clip(text: str, n: int = 100) -> str:
@@ -137,6 +168,10 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
     """One block per non-exact request, in order, then what differed in the
     outcome, what was isolated, and the unused exchanges."""
     lines = []
+    if v.rules:
+        lines.append(style(f"learned correspondences (allowed: {', '.join(v.allow) or '-'}):",
+                           bold=True))
+        lines.extend(learned_lines(v.rules))
     for row in v.requests:
         kind = row["kind"]
         if kind == "exact":
@@ -149,6 +184,12 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
         lines.append(style(head, fg=_KIND_COLOUR.get(kind), bold=True))
         for old, new, count in detail.get("substitutions", []):
             lines.append(f"  substitution {old!r} -> {new!r} fired {count} time(s)")
+        if detail.get("not_allowed"):
+            needed = ",".join(detail["not_allowed"])
+            lines.append(f"  equal up to {needed} (not allowed; --allow {needed} accepts it):")
+            lines.extend(learned_lines(detail.get("learned", []), "    "))
+        elif kind == "equivalent":
+            lines.extend(learned_lines(detail.get("learned", [])))
         explanation = detail.get("explanation")
         if explanation:
             lines.extend(explanation_lines(explanation, style))
@@ -166,6 +207,14 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
                 lines.extend("    " + line for line in d[label].splitlines()[:12])
     if files.get("differing_count", 0) > len(files.get("differing", [])):
         lines.append(f"  ... and {files['differing_count'] - len(files['differing'])} more files")
+    if files.get("ignored"):
+        shown = ", ".join(files["ignored"][:5])
+        more = len(files["ignored"]) - 5
+        lines.append(f"files left out of the outcome (outcome-ignore): {shown}"
+                     + (f" and {more} more" if more > 0 else ""))
+    for rec_name, rep_name in files.get("paired", [])[:5]:
+        lines.append(f"file {rep_name}: paired with recorded {rec_name} (names differ only by "
+                     "learned values)")
     for vol in files.get("volatile", []):
         lines.append(f"file {vol['path']}: same up to {vol['values']}")
         for where, rec, rep in vol.get("examples", [])[:3]:

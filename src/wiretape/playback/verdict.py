@@ -13,8 +13,12 @@ from wiretape.errors import EXIT_EXCHANGES_FAIL as EXIT_EXCHANGES_FAIL
 from wiretape.errors import EXIT_OUTCOME_DIFFERS as EXIT_OUTCOME_DIFFERS
 from wiretape.errors import EXIT_PASS as EXIT_PASS
 from wiretape.errors import EXIT_USAGE as EXIT_USAGE
-from wiretape.model import Outcome, ReplayRow, facets
+from wiretape.model import LearnedJSON, Outcome, ReplayRow, facets
 from wiretape.playback import text
+
+#: Pointers and examples a verdict keeps per learned rule.
+_MAX_POINTERS = 10
+_MAX_EXAMPLES = 3
 
 
 class ExchangeSummary(TypedDict):
@@ -50,6 +54,9 @@ VerdictJSON = TypedDict("VerdictJSON", {
     "unused": int,
     "unused_seqs": list[int],
     "allow_substitutions": bool,
+    "equivalent": int,
+    "allow": list[str],
+    "rules": list[LearnedJSON],
     "outcome": Outcome,
     "requests": list[ReplayRow],
     "unused_exchanges": list[UnusedExchange],
@@ -87,15 +94,41 @@ class Verdict:
     requests: tuple[ReplayRow, ...] = ()
     #: per unused exchange: seq, method, target and a one-line summary
     unused_exchanges: tuple[UnusedExchange, ...] = ()
+    #: requests equal to their recording up to allowed learned rules
+    equivalent: int = 0
+    #: the learned correspondences the replay accepted (``ids``, ``clock``, ...)
+    allow: tuple[str, ...] = ()
 
     @property
     def reused(self) -> int:
-        return self.exact + self.substituted + self.diverged
+        return self.exact + self.substituted + self.equivalent + self.diverged
 
     @property
     def exchanges_pass(self) -> bool:
-        matched = self.exact + (self.substituted if self.allow_substitutions else 0)
+        matched = (self.exact + (self.substituted if self.allow_substitutions else 0)
+                   + self.equivalent)
         return matched == self.recorded and self.missing == 0
+
+    @property
+    def rules(self) -> list[LearnedJSON]:
+        """Every learned rule that fired in an equivalent request, merged:
+        count summed, the first pointers and examples, the last clock shift."""
+        merged: dict[str, LearnedJSON] = {}
+        for row in self.requests:
+            if row["kind"] != "equivalent":
+                continue
+            for entry in row.get("detail", {}).get("learned", []):
+                into = merged.setdefault(entry["rule"], {
+                    "rule": entry["rule"], "count": 0, "pointers": [], "examples": []})
+                into["count"] += entry["count"]
+                into["pointers"] = list(dict.fromkeys(
+                    [*into["pointers"], *entry["pointers"]]))[:_MAX_POINTERS]
+                into["examples"] = [*into["examples"], *entry["examples"]][:_MAX_EXAMPLES]
+                if "shift_s" in entry:
+                    into["shift_s"] = entry["shift_s"]
+        order = ("ids", "clock", "key-order")
+        return sorted(merged.values(),
+                      key=lambda e: order.index(e["rule"]) if e["rule"] in order else 99)
 
     @property
     def outcome_same(self) -> bool:
@@ -148,6 +181,9 @@ class Verdict:
             "unused": self.unused,
             "unused_seqs": list(self.unused_seqs),
             "allow_substitutions": self.allow_substitutions,
+            "equivalent": self.equivalent,
+            "allow": list(self.allow),
+            "rules": self.rules,
             "outcome": self.outcome.copy(),
             "requests": [r.copy() for r in self.requests],
             "unused_exchanges": [u.copy() for u in self.unused_exchanges],
@@ -171,11 +207,12 @@ def compute(
     allow_substitutions: bool = False,
     outcome: Outcome | None = None,
     describe: Mapping[int, ExchangeSummary] | None = None,
+    allow: Sequence[str] = (),
 ) -> Verdict:
     """Count the rows: each row has ``kind`` and ``seq`` (the recorded
     exchange it consumed, None for missing). ``describe`` maps a recorded
     seq to what to show of it when it is unused."""
-    counts = {"exact": 0, "substituted": 0, "diverged": 0, "missing": 0}
+    counts = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
     used: set[int] = set()
     for row in rows:
         counts[row["kind"]] += 1
@@ -199,6 +236,8 @@ def compute(
         outcome=(outcome or Outcome()).copy(),
         requests=tuple(rows),
         unused_exchanges=tuple(_unused(s, (describe or {}).get(s)) for s in unused),
+        equivalent=counts["equivalent"],
+        allow=tuple(allow),
     )
 
 

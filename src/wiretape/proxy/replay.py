@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from wiretape.errors import WiretapeError
 from wiretape.matching import explain
+from wiretape.matching.correspond import Learned
 from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Candidate, Decision, Kind, Policy, decide
@@ -53,13 +54,18 @@ class Tape:
 
 def decision_detail(decision: Decision) -> RequestDetail:
     c = decision.comparison
-    return {
+    detail: RequestDetail = {
         "fields": list(c.fields),
         "header_notes": list(c.header_notes),
         "body_bytes_differ": c.body_bytes_differ,
         "first_body_offset": c.first_body_offset,
         "substitutions": [list(s) for s in decision.substitutions_fired],
     }
+    if decision.rules:
+        detail["learned"] = [r.copy() for r in decision.rules]
+    if decision.not_allowed:
+        detail["not_allowed"] = list(decision.not_allowed)
+    return detail
 
 
 class Replayer:
@@ -83,6 +89,8 @@ class Replayer:
         self._tape = Tape.of(exchanges)
         self._responses = tuple(e.response for e in exchanges if e.response is not None)
         self._policy = policy
+        #: the identifier bijection and clock shift learned so far
+        self.learned = Learned(policy.clock_tolerance_s)
         self._pace = pace
         self._idx = itertools.count(0)
         self._lock = asyncio.Lock()
@@ -106,9 +114,13 @@ class Replayer:
             if self.stopped is not None:
                 decision = None
             else:
-                decision = decide(live, self._tape.candidates(), self._policy)
+                # Off the loop: a body that is not exact is parsed and walked.
+                decision = await asyncio.to_thread(
+                    decide, live, self._tape.candidates(), self._policy, self.learned)
                 if decision.seq is not None:
                     self._tape.consume(decision.seq)
+                if decision.learned is not None:
+                    self.learned = decision.learned
                 detail = decision_detail(decision)
                 if decision.kind in (Kind.DIVERGED, Kind.SUBSTITUTED) and decision.seq is not None:
                     explanation = await asyncio.to_thread(

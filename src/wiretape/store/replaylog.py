@@ -73,7 +73,7 @@ CREATE TABLE replay_requests (
 );
 """
 
-_KINDS: tuple[ReplayKind, ...] = ("exact", "substituted", "diverged", "missing")
+_KINDS: tuple[ReplayKind, ...] = ("exact", "substituted", "equivalent", "diverged", "missing")
 _MODES: tuple[ReplayMode, ...] = ("strict", "diagnostic")
 
 

@@ -28,7 +28,7 @@ from wiretape.store.runfile import RunFile
 #: Meta keys whose values are the run's own bookkeeping, copied as they are.
 _META_AS_IS = frozenset({"run_id", "wiretape_version", "started_at_ns", "ended_at_ns",
                          "exit_status", "mode", "cwd", "intercept", "snapshot_policy",
-                         "left_out", "scrubbed"})
+                         "left_out", "scrubbed", "allow"})
 #: Meta keys holding bytes as latin-1 text.
 _META_BYTES = {"stdout": "stdout", "stderr": "stderr"}
 #: What each other meta key is called as a place.

@@ -411,6 +411,7 @@ class RunFile:
             mode=meta.get("mode", "record"),
             extra=meta.get("extra", {}),
             intercept=tuple(meta.get("intercept", ())),
+            allow=tuple(name for name in meta.get("allow", ()) if name in _ALLOWANCES),
         )
 
     # -- exchanges ---------------------------------------------------------
@@ -814,6 +815,11 @@ class RunFile:
             return [request_row(row, "the run file's") for row in rows]
 
 
+#: The allowance names a run may carry (matching.correspond.ALLOWANCES,
+#: which the store does not import); others in a run file are ignored.
+_ALLOWANCES = frozenset({"ids", "clock", "key-order", "paths"})
+
+
 def _info_meta(info: RunInfo) -> RunMeta:
     return {
         "run_id": info.run_id,
@@ -824,6 +830,7 @@ def _info_meta(info: RunInfo) -> RunMeta:
         "started_at_ns": info.started_at_ns,
         "mode": info.mode,
         "extra": info.extra,
+        **({"allow": list(info.allow)} if info.allow else {}),
     }
 
 

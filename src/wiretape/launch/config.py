@@ -1,0 +1,83 @@
+"""The project's wiretape settings: ``wiretape.toml``, or the
+``[tool.wiretape]`` table of ``pyproject.toml``, found from a folder upward.
+
+    # wiretape.toml                      # pyproject.toml
+    allow = ["ids", "clock"]             [tool.wiretape]
+    outcome-ignore = [".cache/*"]        allow = ["ids", "key-order"]
+
+The first folder, going up from the given one, that holds either file ends
+the search (``wiretape.toml`` first); a ``pyproject.toml`` without the table
+means no settings. TOML is read with :mod:`tomllib` (TOML 1.0).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from wiretape.errors import UsageError
+from wiretape.matching.correspond import parse_allowances
+
+#: The keys a project may set.
+KEYS = ("allow", "outcome-ignore")
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """What a project asks of every replay: allowances (ALLOWANCES names)
+    and outcome patterns to leave out; ``source`` is the file, if any."""
+
+    allow: frozenset[str] = frozenset()
+    outcome_ignore: tuple[str, ...] = ()
+    source: Path | None = None
+
+
+def find(start: Path) -> ProjectConfig:
+    """The settings of the project ``start`` is in (none found: empty).
+    Raises UsageError, naming the file, for a file that is not valid TOML,
+    an unknown key, a value of the wrong type or an unknown allowance."""
+    for folder in (start, *start.parents):
+        own = folder / "wiretape.toml"
+        if own.is_file():
+            return _read(own, table=None)
+        project = folder / "pyproject.toml"
+        if project.is_file():
+            return _read(project, table="tool.wiretape")
+    return ProjectConfig()
+
+
+def _read(path: Path, table: str | None) -> ProjectConfig:
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path} is not valid TOML ({exc}): fix it, or remove its wiretape "
+                         "settings") from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    settings: object = document
+    where = path.name
+    if table is not None:
+        for part in table.split("."):
+            settings = settings.get(part, {}) if isinstance(settings, dict) else {}
+        where = f"[{table}] of {path}"
+    if not isinstance(settings, dict):
+        raise UsageError(f"{where} is not a table: write it as [{table}]")
+    unknown = sorted(set(settings) - set(KEYS))
+    if unknown:
+        raise UsageError(f"unknown key {unknown[0]!r} in {where}: the keys are "
+                         f"{', '.join(KEYS)}")
+    allow = _strings(settings.get("allow", []), "allow", where)
+    ignore = _strings(settings.get("outcome-ignore", []), "outcome-ignore", where)
+    try:
+        allowed = parse_allowances(",".join(allow), f"{where} (allow)")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return ProjectConfig(allowed, tuple(ignore), path)
+
+
+def _strings(value: object, key: str, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{key} in {where} must be a list of strings, e.g. "
+                         f"{key} = [\"...\"]")
+    return list(value)
