@@ -64,7 +64,8 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
         "ledger": ov.ledger.to_json(),
         "replays": [{"replay_id": v.replay_id, "mode": v.mode, "pass": v.passed,
                      "recorded": v.recorded, "exact": v.exact, "substituted": v.substituted,
-                     "equivalent": v.equivalent, "diverged": v.diverged, "missing": v.missing, "unused": v.unused}
+                     "equivalent": v.equivalent, "diverged": v.diverged, "missing": v.missing,
+                     "unused": v.unused}
                     for v in ov.verdicts],
         "import_notes": json.loads(info.extra.get("import_notes", "[]")),
     }
