@@ -13,7 +13,8 @@ the difference is *learned* and held to for the whole replay:
     recorded value A corresponds to live value B the first time they meet;
     from then on A must appear as B and B only as A: a bijection across
     every request of the replay (and the outcome after it). A break is a
-    real difference.
+    real difference. (A value equal on both sides is equal: the parts of a
+    request that match byte for byte are not searched for ids.)
 ``clock``
     Timestamps (ISO 8601 / RFC 3339) and epoch numbers (s, ms, us, ns;
     between 2000 and 2100) that all differ by one offset, within a
@@ -209,7 +210,7 @@ class _Walker:
                 self.differs(where, rec, live)
             elif kind_a is not None and a != b:
                 self.token(kind_a, a, b, where, embedded=glued_a or glued_b)
-            elif _is_id(kind_a, a):
+            elif _is_id(kind_a, a, embedded=glued_a):
                 self.ids(a, b, where)  # the same id again: the bijection holds it
 
     def token(self, kind: str, a: str, b: str, where: str, *, embedded: bool) -> None:
@@ -218,7 +219,7 @@ class _Walker:
                        precision=_DAY if len(a) <= 10 else 1.0)
         elif kind == "number" and not embedded and _epoch(a) is not None:
             self.clock(_epoch(a), _epoch(b), a, b, where, precision=_precision(a))
-        elif _is_id(kind, a) and _is_id(kind, b):
+        elif _is_id(kind, a, embedded=embedded) and _is_id(kind, b, embedded=embedded):
             self.ids(a, b, where)
         else:
             self.differs(where, a, b)
@@ -346,13 +347,13 @@ def _split(text: str) -> Iterator[tuple[str | None, str, bool]]:
         yield None, text[at:], False
 
 
-def _is_id(kind: str | None, token: str) -> bool:
-    """A token the ``ids`` rule holds: a UUID, a number that is no clock
-    reading, or an id-looking run of letters and digits."""
+def _is_id(kind: str | None, token: str, *, embedded: bool = False) -> bool:
+    """A token the ``ids`` rule holds: a UUID, a number glued into an id or
+    that is no clock reading, or an id-looking run of letters and digits."""
     if kind == "uuid":
         return True
     if kind == "number":
-        return _epoch(token) is None
+        return embedded or _epoch(token) is None
     return kind == "id" and (_random_looking(token) or _HEX.fullmatch(token) is not None)
 
 
