@@ -152,3 +152,25 @@ def test_an_outcome_ignore_that_matches_nothing_is_said(recorded: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert ("wiretape: --outcome-ignore 'nothing/*' matched no file the agent changed"
             in done.stderr)
+
+
+def test_wiretapes_own_redirected_output_is_not_the_agents_change(tmp_path: Path) -> None:
+    # `wiretape record -- agent > log.txt` in the project: the shell made
+    # log.txt and wiretape wrote it; the agent changed only its session log.
+    from wiretape.store.runfile import open_run
+
+    (tmp_path / "notes.txt").write_text("kept\n")
+    with FakeProvider([TextTurn("hello one"), TextTurn("hello two")]) as fp, \
+            (tmp_path / "log.txt").open("w") as log:
+        done = subprocess.run(
+            [sys.executable, "-m", "wiretape", "record", "-o", "run.wtape", "--upstream",
+             f"openai={fp.url}/v1", "--", sys.executable, AGENT],
+            cwd=tmp_path, env=env(), stdout=log, stderr=log, timeout=120)
+    assert done.returncode == 0
+    assert (tmp_path / "log.txt").read_text().startswith("hello one\nhello two\n")
+    run = open_run(tmp_path / "run.wtape")
+    snapshotted = [e.path for _, _, entries in run.snapshots() for e in entries]
+    changed = [c["path"] for rows in run.outcome_changes().values() for c in rows]
+    run.close()
+    assert snapshotted == ["notes.txt"]
+    assert "log.txt" not in changed and any(p.startswith("sessions/") for p in changed)

@@ -12,12 +12,14 @@ import errno
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
@@ -283,3 +285,21 @@ def _pump(stream: BinaryIO, echo: BinaryIO, keep: bytearray) -> None:
         with contextlib.suppress(OSError, ValueError):
             echo.write(data)
             echo.flush()
+
+
+def own_output_files() -> frozenset[Path]:
+    """The regular files this process's stdout and stderr are written to
+    (a shell's ``> log.txt``), read from ``/proc/self/fd`` (proc(5));
+    empty where that is not available. These are wiretape's own writes:
+    a snapshot leaves them out and an outcome never counts them."""
+    found = set()
+    for fd in (1, 2):
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/") and not target.endswith(" (deleted)"):
+            found.add(Path(target))
+    return frozenset(found)

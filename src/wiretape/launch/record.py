@@ -27,7 +27,7 @@ from wiretape.errors import (
     write_failure_reason,
 )
 from wiretape.launch import trust
-from wiretape.launch.child import Interrupts, resolve_command, run_child
+from wiretape.launch.child import Interrupts, own_output_files, resolve_command, run_child
 from wiretape.launch.intercept import (
     Interception,
     InterceptSettings,
@@ -304,9 +304,13 @@ async def _prepare_record(
         raise RunFileError(path, "it already exists and is never overwritten; "
                            "choose another -o path", verb="write")
     roots = [Path(cwd)] if snapshots is None and argv is not None else list(snapshots or [])
-    made_for_run = frozenset(p for p in path.absolute().parents if not p.exists())
-    taken = take_snapshots(roots, exclude=store_paths(path), max_bytes=snapshot_max,
-                           policy=snapshot_policy)
+    # Folders made for the run file, and the files wiretape's own output
+    # goes to (`wiretape record -- agent > log.txt`), are wiretape's
+    # changes, not the agent's.
+    made_for_run = (frozenset(p for p in path.absolute().parents if not p.exists())
+                    | own_output_files())
+    taken = take_snapshots(roots, exclude=store_paths(path) | own_output_files(),
+                           max_bytes=snapshot_max, policy=snapshot_policy)
     # The values of secret-named variables and of the secrets files left
     # out are secrets wherever else they turn up.
     rules = STANDARD.with_literals(
