@@ -61,9 +61,9 @@ def test_json_form_lists_the_fields_then_the_derived_numbers() -> None:
     data = v.to_json()
     assert list(data) == [
         "run_id", "replay_id", "mode", "complete", "recorded", "exact", "substituted",
-        "diverged", "missing", "unused", "unused_seqs", "allow_substitutions", "outcome",
-        "requests", "unused_exchanges", "reused", "exchanges_pass", "outcome_same", "exit_code",
-        "pass", "interrupted"]
+        "equivalent", "diverged", "missing", "unused", "unused_seqs", "allow_substitutions",
+        "allow", "outcome", "requests", "unused_exchanges", "reused", "exchanges_pass",
+        "outcome_same", "exit_code", "pass", "interrupted", "rules"]
     assert data["unused_seqs"] == [1] and data["requests"] == [dict(v.requests[0])]
     assert data["unused_exchanges"] == [{"seq": 1, "method": "POST",
                                          "target": "/v1/chat/completions", "summary": "model m"}]

@@ -49,14 +49,13 @@ VerdictJSON = TypedDict("VerdictJSON", {
     "recorded": int,
     "exact": int,
     "substituted": int,
+    "equivalent": int,
     "diverged": int,
     "missing": int,
     "unused": int,
     "unused_seqs": list[int],
     "allow_substitutions": bool,
-    "equivalent": int,
     "allow": list[str],
-    "rules": list[LearnedJSON],
     "outcome": Outcome,
     "requests": list[ReplayRow],
     "unused_exchanges": list[UnusedExchange],
@@ -66,6 +65,7 @@ VerdictJSON = TypedDict("VerdictJSON", {
     "exit_code": int,
     "pass": bool,
     "interrupted": str | None,
+    "rules": list[LearnedJSON],
 })
 
 
@@ -176,14 +176,13 @@ class Verdict:
             "recorded": self.recorded,
             "exact": self.exact,
             "substituted": self.substituted,
+            "equivalent": self.equivalent,
             "diverged": self.diverged,
             "missing": self.missing,
             "unused": self.unused,
             "unused_seqs": list(self.unused_seqs),
             "allow_substitutions": self.allow_substitutions,
-            "equivalent": self.equivalent,
             "allow": list(self.allow),
-            "rules": self.rules,
             "outcome": self.outcome.copy(),
             "requests": [r.copy() for r in self.requests],
             "unused_exchanges": [u.copy() for u in self.unused_exchanges],
@@ -193,6 +192,7 @@ class Verdict:
             "exit_code": self.exit_code,
             "pass": self.passed,
             "interrupted": self.interrupted,
+            "rules": self.rules,
         }
 
 
