@@ -361,6 +361,8 @@ class RequestDetail(TypedDict):
     learned: NotRequired[list[LearnedJSON]]
     #: the rules it needed that were not allowed (then it is diverged)
     not_allowed: NotRequired[list[str]]
+    #: the first difference no learned rule explains (a diverged request)
+    unexplained: NotRequired[str]
 
 
 class ReplayRow(TypedDict):

@@ -47,6 +47,10 @@ def walk(pairs: list[tuple[str, str]], tolerance: float = 60.0) -> tuple[list[st
     # ids inside a JSON-in-a-string value, members in another order there too
     ([(doc(user_id=json.dumps({"device_id": DEVICE_REC, "session_id": A})),
        doc(user_id=json.dumps({"session_id": B, "device_id": DEVICE_LIVE})))], [None]),
+    # ids by their label: a member named as an id, a short token after "ID:"
+    ([(doc(call_id="read_file_1_0"), doc(call_id="read_file_2_0"))], [None]),
+    ([(doc(out="Chunk ID: 5a99c8\nok"), doc(out="Chunk ID: 6ffc03\nok"))], [None]),
+    ([(doc(out="Chunk 5a99c8"), doc(out="Chunk 6ffc03"))], ["recorded"]),
     # words are not ids; other text is a real difference
     ([(doc(text="hello world"), doc(text="hello there"))], ["recorded"]),
     ([(doc(n=12), doc(n=13))], ["recorded"]),
@@ -117,7 +121,7 @@ def test_unknown_allowance_is_named() -> None:
     assert parse_allowances("ids, clock", "--allow") == {"ids", "clock"}
     assert parse_allowances("none", "--allow") == frozenset()
     with pytest.raises(ValueError, match="unknown allowance 'uuids' in --allow: expected some "
-                                         "of ids, clock, key-order, paths"):
+                                         "of ids, clock, key-order, durations, paths"):
         parse_allowances("ids,uuids", "--allow")
 
 
@@ -144,3 +148,26 @@ def test_decide_counts_equivalent_only_when_allowed_and_holds_what_it_learned() 
     # byte-exact stays exact, with nothing learned
     exact = decide(request(doc(id=A)), tape, allowed)
     assert exact.kind is Kind.EXACT and exact.learned is None and exact.rules == ()
+
+
+@pytest.mark.parametrize(("recorded", "live", "fired"), [
+    (doc(out="Wall time: 0.0348 seconds"), doc(out="Wall time: 0.0001 seconds"), ["durations"]),
+    (doc(latency_ms=12), doc(latency_ms=30), ["durations"]),
+    (doc(text="took 5 apples"), doc(text="took 6 apples"), None),
+    (doc(count=5), doc(count=6), None),
+])
+def test_durations_are_measured_times_only(recorded: str, live: str,
+                                           fired: list[str] | None) -> None:
+    result = compare(recorded, live, Learned())
+    if fired is None:
+        assert not result.equivalent
+    else:
+        assert result.equivalent and [r.value for r in result.rules] == fired
+
+
+def test_a_diverged_request_names_what_no_rule_explains() -> None:
+    tape = [Candidate(0, request(doc(id=A, text="hello")))]
+    decision = decide(request(doc(id=B, text="bye")), tape,
+                      Policy(mode=Mode.STRICT, allow=frozenset({"ids"})))
+    assert decision.kind is Kind.DIVERGED and decision.not_allowed == ()
+    assert decision.unexplained == "/text: 'hello' recorded, 'bye' live"

@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     from wiretape.launch.trust import Elsewhere
     from wiretape.suite.runner import CheckResult
 
-HEADER = ["run", "result", "recorded", "exact", "substituted", "equivalent", "diverged", "missing",
-          "unused", "outcome", "time"]
+HEADER = ["run", "result", "recorded", "exact", "substituted", "diverged", "missing", "unused",
+          "outcome", "time"]
+#: The column of learned correspondences, shown when some replay allowed them.
+EQUIVALENT_AT = HEADER.index("diverged")
 
 
 def display(path: Path) -> str:
@@ -51,11 +53,25 @@ def outcome_text(result: CheckResult) -> str:
     return "same" if compared else "-"
 
 
-def row(result: CheckResult) -> list[str]:
+def learned(results: Sequence[CheckResult]) -> bool:
+    """Whether a replay allowed or used learned correspondences (then the
+    table has an ``equivalent`` column)."""
+    return any(r.verdict is not None and (r.verdict.equivalent or r.verdict.allow)
+               for r in results)
+
+
+def header(results: Sequence[CheckResult]) -> list[str]:
+    if not learned(results):
+        return list(HEADER)
+    return [*HEADER[:EQUIVALENT_AT], "equivalent", *HEADER[EQUIVALENT_AT:]]
+
+
+def row(result: CheckResult, with_equivalent: bool = False) -> list[str]:
     v = result.verdict
-    counts = ["-"] * 7 if v is None else [
-        str(n) for n in (v.recorded, v.exact, v.substituted, v.equivalent, v.diverged, v.missing,
-                         v.unused)]
+    counts = ["-"] * (7 if with_equivalent else 6) if v is None else [
+        str(n) for n in (v.recorded, v.exact, v.substituted,
+                         *((v.equivalent,) if with_equivalent else ()),
+                         v.diverged, v.missing, v.unused)]
     return [display(result.path), result.status.value.upper(), *counts, outcome_text(result),
             f"{result.duration_s:.1f} s"]
 
@@ -152,7 +168,8 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
                                      diagnostic=diagnostic, timeout_s=timeout_s,
                                      on_result=on_result, approve=approve))
     duration = time.monotonic() - t0
-    for line in render.table([row(r) for r in results], HEADER):
+    wide = learned(results)
+    for line in render.table([row(r, wide) for r in results], header(results)):
         click.echo(line)
     for result in results:
         if result.status in (Status.PASS, Status.SKIP):

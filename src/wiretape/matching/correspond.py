@@ -23,6 +23,14 @@ the difference is *learned* and held to for the whole replay:
 ``key-order``
     The same JSON object with its members in another order (RFC 8259 §4
     leaves member order without meaning).
+``durations``
+    Measured times: a number followed by a time unit (``Wall time: 0.0348
+    seconds``, ``took 88 ms``) or a JSON number in a member named like one
+    (``*_ms``, ``latency``, ``duration``, ``elapsed``).
+
+Besides their shapes, a value is an id by its label: the whole string in a
+member named ``id``, ``*_id`` or ``*Id``, and a token of 6 or more letters
+and digits after ``ID:`` or ``id=`` in text (Codex's ``Chunk ID: 5a99c8``).
 
 Values are compared structurally when both sides are JSON (also inside a
 string that holds JSON, as Claude Code's ``metadata.user_id`` does),
@@ -50,6 +58,7 @@ class Rule(enum.StrEnum):
     IDS = "ids"
     CLOCK = "clock"
     KEY_ORDER = "key-order"
+    DURATIONS = "durations"
 
 
 #: The allowances a user can give: the learned rules, and ``paths`` (the
@@ -78,9 +87,21 @@ _UUID = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f
 _TOKEN = re.compile(
     rf"(?P<time>(?<![0-9]){_ISO}(?![0-9]))"
     rf"|(?P<uuid>(?<![0-9A-Za-z]){_UUID}(?![0-9A-Za-z]))"
+    r"|(?P<duration>(?<![\w.])\d+(?:\.\d+)?(?=\s?(?:ms|s|sec|secs|seconds|us|\u00b5s|ns|min"
+    r"|minutes)\b))"
     r"|(?P<number>(?<![0-9.])\d{10,19}(?:\.\d{1,9})?(?![0-9]))"
+    r"|(?P<labelled>(?:(?<=ID: )|(?<=Id: )|(?<=id: )|(?<=ID=)|(?<=id=))[0-9A-Za-z]{6,}"
+    r"(?![0-9A-Za-z]))"
     r"|(?P<id>(?<![0-9A-Za-z])[0-9A-Za-z]{16,}(?![0-9A-Za-z]))"
 )
+#: Member names whose numbers are durations (case-insensitive).
+DURATION_NAME = re.compile(
+    r"(?:^|[_\-.])(?:ms|ns|us|s|sec|secs|seconds|millis|nanos|micros)$"
+    r"|latency|duration|elapsed|ttft|took|time_?to",
+    re.IGNORECASE,
+)
+#: A whole string value that may be an id when its member is named as one.
+_WHOLE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.:\-]{5,}")
 
 
 @dataclass
@@ -214,7 +235,9 @@ class _Walker:
                 self.ids(a, b, where)  # the same id again: the bijection holds it
 
     def token(self, kind: str, a: str, b: str, where: str, *, embedded: bool) -> None:
-        if kind == "time":
+        if kind == "duration":
+            self.result.fired.append((Rule.DURATIONS, where or "text", a, b))
+        elif kind == "time":
             self.clock(_iso_seconds(a), _iso_seconds(b), a, b, where,
                        precision=_DAY if len(a) <= 10 else 1.0)
         elif kind == "number" and not embedded and _epoch(a) is not None:
@@ -256,10 +279,17 @@ class _Walker:
             self.values(value, db[key], where + pointer((key,)))
 
     def scalars(self, a: object, b: object, where: str) -> None:
+        name = where.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
         if isinstance(a, str) and isinstance(b, str):
-            self.texts(a, b, where)
+            if _id_named(name) and _WHOLE_ID.fullmatch(a) and _WHOLE_ID.fullmatch(b):
+                self.ids(a, b, where)  # the member says what the value is
+            else:
+                self.texts(a, b, where)
             return
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+        if numbers and name and not name.isdigit() and DURATION_NAME.search(name):
+            self.result.fired.append((Rule.DURATIONS, where, json.dumps(a), json.dumps(b)))
+            return
         if numbers:
             sa, sb = json.dumps(a), json.dumps(b)
             low, high = _epoch(sa), _epoch(sb)
@@ -347,10 +377,15 @@ def _split(text: str) -> Iterator[tuple[str | None, str, bool]]:
         yield None, text[at:], False
 
 
+def _id_named(name: str) -> bool:
+    """``id``, ``call_id``, ``callId``, ``ID``: a member named as an id."""
+    return (name.lower() == "id" or name.endswith(("_id", "-id", "Id", "ID", ".id")))
+
+
 def _is_id(kind: str | None, token: str, *, embedded: bool = False) -> bool:
     """A token the ``ids`` rule holds: a UUID, a number glued into an id or
     that is no clock reading, or an id-looking run of letters and digits."""
-    if kind == "uuid":
+    if kind in ("uuid", "labelled"):
         return True
     if kind == "number":
         return embedded or _epoch(token) is None

@@ -32,19 +32,13 @@ from collections import Counter
 from dataclasses import dataclass
 
 from wiretape.matching import correspond
-from wiretape.matching.correspond import Learned
+from wiretape.matching.correspond import DURATION_NAME, Learned
 from wiretape.matching.jsontree import Change, JsonObject, at, diff, parse, pointer
 from wiretape.matching.kinds import SpanKind
 from wiretape.matching.regions import differing_region, split
 from wiretape.matching.spans import classified
 from wiretape.snapshot.tree import is_text
 
-#: Member names whose numbers are durations (matched case-insensitively).
-DURATION_NAME = re.compile(
-    r"(?:^|[_\-.])(?:ms|ns|us|s|sec|secs|seconds|millis|nanos|micros)$"
-    r"|latency|duration|elapsed|ttft|took|time_?to",
-    re.IGNORECASE,
-)
 #: Real differences listed at most (the rest are counted).
 MAX_LISTED = 5
 #: A number in text followed by a time unit ("took 88.1 ms") is a timing.
@@ -258,7 +252,8 @@ def _scalar_text(value: object) -> str:
 
 
 #: What a learned rule's values are called in an outcome summary.
-_LEARNED_KIND = {"ids": "id", "clock": "clock reading", "key-order": "key order"}
+_LEARNED_KIND = {"ids": "id", "clock": "clock reading", "key-order": "key order",
+                 "durations": "duration"}
 
 
 def equal_up_to(recorded: bytes, replayed: bytes, learned: Learned) -> VolatileComparison | None:

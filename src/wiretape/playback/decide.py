@@ -107,6 +107,8 @@ class Decision:
     #: the learned correspondences that fired, and those not allowed
     rules: tuple[LearnedJSON, ...] = ()
     not_allowed: tuple[str, ...] = ()
+    #: for a diverged request: the first difference no learned rule explains
+    unexplained: str | None = None
 
 
 def _header_map(headers: Headers, names: Sequence[bytes]) -> dict[bytes, list[bytes]]:
@@ -200,10 +202,13 @@ def decide(live: Request, remaining: Sequence[Candidate], policy: Policy,
                         Kind.SUBSTITUTED, cand.seq, serve=ok, stop=not ok,
                         comparison=compare(live, cand.request, policy), substitutions_fired=fired,
                     )
+    unexplained: str | None = None
     for cand in same_route:
         found = equivalence(substituted, cand.request, policy,
                             learned or Learned(policy.clock_tolerance_s))
-        if found is None:
+        if found is None or not found.equivalent:
+            if unexplained is None and found is not None and cand is same_route[0]:
+                unexplained = found.problem
             continue
         needed = sorted(rule.value for rule in found.rules)
         not_allowed: tuple[str, ...] = tuple(r for r in needed if r not in policy.allow)
@@ -219,7 +224,7 @@ def decide(live: Request, remaining: Sequence[Candidate], policy: Policy,
     first = same_route[0]
     return Decision(
         Kind.DIVERGED, first.seq, serve=not strict, stop=strict,
-        comparison=compare(live, first.request, policy),
+        comparison=compare(live, first.request, policy), unexplained=unexplained,
     )
 
 
@@ -227,7 +232,8 @@ def equivalence(live: Request, recorded: Request, policy: Policy,
                 learned: Learned) -> Equivalence | None:
     """``live`` against ``recorded`` up to learned correspondences: the
     same method and semantic headers, and a target and body (UTF-8) that
-    correspond. None when they do not, or are not text."""
+    correspond (``problem`` says where they do not). None when the method
+    or semantic headers differ, or a body is not text."""
     if live.method != recorded.method:
         return None
     wanted = policy.semantic_headers
@@ -240,9 +246,7 @@ def equivalence(live: Request, recorded: Request, policy: Policy,
     target = correspond.compare(recorded.target.decode("latin-1"), live.target.decode("latin-1"),
                                 learned, "target")
     if not target.equivalent:
-        return None
+        return target
     body = correspond.compare(*bodies, target.learned)
-    if not body.equivalent:
-        return None
     body.fired[:0] = target.fired
     return body

@@ -190,6 +190,8 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
             lines.extend(learned_lines(detail.get("learned", []), "    "))
         elif kind == "equivalent":
             lines.extend(learned_lines(detail.get("learned", [])))
+        if detail.get("unexplained") and v.allow:
+            lines.append(f"  no learned rule explains {detail['unexplained']}")
         explanation = detail.get("explanation")
         if explanation:
             lines.extend(explanation_lines(explanation, style))

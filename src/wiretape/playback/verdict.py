@@ -126,7 +126,7 @@ class Verdict:
                 into["examples"] = [*into["examples"], *entry["examples"]][:_MAX_EXAMPLES]
                 if "shift_s" in entry:
                     into["shift_s"] = entry["shift_s"]
-        order = ("ids", "clock", "key-order")
+        order = ("ids", "clock", "key-order", "durations")
         return sorted(merged.values(),
                       key=lambda e: order.index(e["rule"]) if e["rule"] in order else 99)
 

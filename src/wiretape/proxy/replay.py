@@ -65,6 +65,8 @@ def decision_detail(decision: Decision) -> RequestDetail:
         detail["learned"] = [r.copy() for r in decision.rules]
     if decision.not_allowed:
         detail["not_allowed"] = list(decision.not_allowed)
+    if decision.unexplained:
+        detail["unexplained"] = decision.unexplained
     return detail
 
 

@@ -817,7 +817,7 @@ class RunFile:
 
 #: The allowance names a run may carry (matching.correspond.ALLOWANCES,
 #: which the store does not import); others in a run file are ignored.
-_ALLOWANCES = frozenset({"ids", "clock", "key-order", "paths"})
+_ALLOWANCES = frozenset({"ids", "clock", "key-order", "durations", "paths"})
 
 
 def _info_meta(info: RunInfo) -> RunMeta:
