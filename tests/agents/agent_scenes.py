@@ -207,6 +207,10 @@ def _codex_config(port: int) -> str:
         "[otel]",
         'exporter = "none"',
         "",
+        "# The plugin marketplace is synced from api.github.com and chatgpt.com at start.",
+        "[features]",
+        "plugins = false",
+        "",
     ])
 
 
@@ -228,8 +232,8 @@ def codex_scene(root: Path, agents: Path) -> Scene:
         root=root,
         home=home,
         workspace=workspace,
-        argv=[str(bin_path(agents, "codex")), "exec", "--skip-git-repo-check", "--color",
-              "never", PROMPT],
+        argv=[str(bin_path(agents, "codex")), "exec", "--strict-config", "--skip-git-repo-check",
+              "--color", "never", PROMPT],
         env=env,
         origin="openai",
         suffix="/v1",

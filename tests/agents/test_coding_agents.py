@@ -281,3 +281,18 @@ def test_allowances_recorded_with_the_run(scene: Scene, tmp_path: Path) -> None:
     assert replayed.stdout == recording.result.stdout
     assert set(fired_rules(verdict(scene, recording.run))) - {"paths"} == expected.fired
     assert CODE in replayed.stdout
+
+
+@pytest.mark.parametrize("scene", ["claude"], indirect=True)
+def test_allowances_from_the_project_config(recorded: Recording) -> None:
+    """``allow = [...]`` in a wiretape.toml above the working directory is used by a
+    plain replay (shown once, with Claude Code; the file is outside the snapshot)."""
+    scene, expected = recorded.scene, EXPECTED[recorded.scene.name]
+    config = scene.root / "wiretape.toml"
+    config.write_text(f"allow = {json.dumps(list(with_paths(expected.allow)))}\n")
+    replayed = wiretape(scene, "replay", str(recorded.run))
+    assert replayed.returncode == 0, verdict_line(replayed.stderr) + "\n" + replayed.stderr
+    assert "PASS (strict)" in verdict_line(replayed.stderr)
+    assert replayed.stdout == recorded.result.stdout
+    v = verdict(scene, recorded.run)
+    assert set(fired_rules(v)) - {"paths"} == expected.fired
