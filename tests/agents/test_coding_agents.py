@@ -14,14 +14,15 @@ claude (ids)
     (64 hex digits, kept in ~/.claude.json), in every request.
 codex (ids, clock, key-order)
     ``/prompt_cache_key`` and ``/client_metadata/{session_id,thread_id,turn_id,
-    root_turn_id,x-codex-window-id}`` (UUID v7, which carry the time),
-    ``/client_metadata/x-codex-installation-id`` (UUID v4, kept in
-    CODEX_HOME/installation_id), the same inside
+    root_turn_id,x-codex-window-id}`` (UUID v7, which carry the time; the
+    window id with ``:0`` after it), ``/client_metadata/x-codex-installation-id``
+    (UUID v4, kept in CODEX_HOME/installation_id), the same again inside
     ``/client_metadata/x-codex-turn-metadata#/...`` with ``#/context_window_id``
     and ``#/turn_started_at_unix_ms`` (epoch ms), ``/input/N/id`` (``msg_`` +
-    UUID), the order of ``/client_metadata``'s members (a hash map), and in
-    the tool result ``/input/5/id`` (``fco_`` + UUID v7) and ``/input/5/output``
-    (``Chunk ID: <6 hex>``).
+    UUID v5 for the first, v7 after), the order of ``/client_metadata``'s
+    members (a hash map), and in the tool result ``/input/5/id`` (``fco_`` +
+    UUID v7) and ``/input/5/output``, which starts ``Chunk ID: <6 hex>\nWall
+    time: <s.ssss> seconds\n`` (a random id, and how long ``cat`` took).
 gemini (ids)
     ``/contents/1/parts/0/functionCall/id`` and
     ``/contents/2/parts/0/functionResponse/id`` in the second request: the call
@@ -30,6 +31,12 @@ nanobot (nothing)
     Its requests are the same byte for byte from run to run (its random
     ``x-session-affinity`` header is pinned by its scene, and headers other
     than the semantic ones do not decide a match anyway).
+
+Besides, claude, codex and gemini write today's date into the first message
+(``Today's date is YYYY-MM-DD.``, ``<current_date>YYYY-MM-DD</current_date>``,
+``Today's date is Weekday, Month D, YYYY``), and every agent but nanobot
+its working directory's absolute path: the same here, where the replay runs
+the same day with the sandbox shown at the original paths.
 
 Marked ``agents``: ``make test-agents`` installs the agents (pinned, into a
 cache) and runs these; elsewhere they skip, naming the install command.
