@@ -197,6 +197,9 @@ def _codex_config(port: int) -> str:
         f'base_url = "http://127.0.0.1:{port}/v1"',
         'env_key = "WIRETAPE_AGENTS_API_KEY"',
         'wire_api = "responses"',
+        "# No retries: a scripted error ends the run at once (codex retries 5xx otherwise).",
+        "request_max_retries = 0",
+        "stream_max_retries = 0",
         "",
         "[analytics]",
         "enabled = false",
@@ -254,7 +257,10 @@ def codex_scene(root: Path, agents: Path) -> Scene:
 
 _GEMINI_SETTINGS = {
     "security": {"auth": {"selectedType": "gemini-api-key"}},
-    "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+    # maxAttempts 1: a scripted error fails the run at once, where gemini-cli
+    # would otherwise retry a 5xx for minutes (it does not read x-should-retry).
+    "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False,
+                "maxAttempts": 1},
     "telemetry": {"enabled": False},
     "privacy": {"usageStatisticsEnabled": False},
 }

@@ -4,8 +4,8 @@ This module owns a reply before it is framed (:class:`Reply`), what a format
 renderer is given (:class:`Answer`), the JSON and SSE encodings, how text and
 tool-call arguments are cut into streamed deltas, the ids and timestamp shared
 by the OpenAI formats, and errors in each provider's shape (a table of
-failures, an OpenAI, an Anthropic and a Google error body). The per-endpoint renderers
-live in ``openai_chat``, ``openai_responses``, ``anthropic_messages``,
+failures, an OpenAI, an Anthropic and a Google error body). The per-endpoint
+renderers live in ``openai_chat``, ``openai_responses``, ``anthropic_messages``,
 ``gemini_generate`` and ``openai_embeddings``.
 
 It must not know about sockets, HTTP framing or headers, which endpoint a
