@@ -36,7 +36,7 @@ import os
 import shutil
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent_install import bin_path
@@ -111,7 +111,6 @@ class Scene:
     """The agent's working directory (default: the workspace)."""
     tool_result_at: str = ""
     """JSON pointer of the tool result in the request that carries it."""
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def workdir(self) -> Path:
@@ -337,7 +336,6 @@ def nanobot_scene(root: Path, agents: Path | None = None) -> Scene:
         ],
         lay_out_home=lay_out_home,
         tool_result_at="/messages/3/content",
-        extra={"nanobot": nb},
     )
     scene.reset_home()
     return scene
