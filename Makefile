@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 TOOLS := $(VENV)/.installed-test
 
-.PHONY: demo test test-slow lint bench system system-test clean
+.PHONY: demo test test-slow test-agents agents lint bench system system-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,10 +53,21 @@ lint: $(TOOLS)
 # The everyday tier (under 10 minutes on 2 cores); the slow tier holds the
 # long trials (real-time stalls, kill -9 crash trials), marked `slow`.
 test: lint
-	$(BIN)/python -m pytest -n 4 -q -m "not slow"
+	$(BIN)/python -m pytest -n 4 -q -m "not slow and not agents"
 
 test-slow: $(TOOLS)
 	$(BIN)/python -m pytest -n 4 -q -m slow; status=$$?; [ $$status -eq 5 ] || exit $$status
+
+# The real coding agents (Claude Code, Codex, gemini-cli; npm packages pinned in
+# tests/agents/agent_install.py) in a cache shared by every checkout:
+# $(XDG_CACHE_HOME or ~/.cache)/wiretape-agents/<hash of the pins>, installed once
+# (needs node >= 20 and npm), then reused. `test-agents` runs the tests marked
+# `agents` against them (nanobot comes with the test tools).
+agents:
+	$(PYTHON) tests/agents/agent_install.py
+
+test-agents: $(TOOLS) agents
+	$(BIN)/python -m pytest -n 2 -q -m agents tests/agents
 
 bench: $(TOOLS)
 	$(BIN)/python bench/latency.py

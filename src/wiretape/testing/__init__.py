@@ -8,19 +8,26 @@ that serves them. It speaks:
     POST .../chat/completions       OpenAI chat completions, JSON or SSE  consumed
     POST .../responses              OpenAI Responses, JSON or SSE         consumed
     POST .../messages               Anthropic messages, JSON or SSE       consumed
+    POST .../models/M:generateContent        Gemini, JSON                 consumed
+    POST .../models/M:streamGenerateContent  Gemini, SSE (``alt=sse``)    consumed
     POST .../embeddings             OpenAI embeddings, vectors derived    none
                                     from the input alone
+    POST .../models/M:countTokens   Gemini token count, from the size     none
 
 Any prefix before the suffix is accepted (``/v1/messages``, ``/messages``,
-``/api/v1/chat/completions``); anything else gets a 404 in OpenAI's error
-shape. Streams are written one SSE event per HTTP chunk, with ``delay``
-seconds between events, so a proxy that buffers can be caught.
+``/api/v1/chat/completions``, ``/v1beta/models/gemini-2.5-flash:countTokens``);
+anything else gets a 404 in OpenAI's error shape. OpenAI and Anthropic
+stream when the body asks (``"stream": true``), Gemini by its path. Streams
+are written one SSE event per HTTP chunk, with ``delay`` seconds between
+events, so a proxy that buffers can be caught.
 
 Every id and timestamp is derived from the 1-based turn number (turn 3:
-``chatcmpl-fake-0003``, ``resp_fake_0003``, ``msg_fake_0003``; its first
-call ``call_fake_3_0``, ``fc_fake_3_0``, ``toolu_fake_3_0``), ``created`` is
-always :data:`CREATED` and responses carry no ``date`` header, so two runs of
-the same script with the same requests produce byte-identical responses.
+``chatcmpl-fake-0003``, ``resp_fake_0003``, ``msg_fake_0003``,
+``fake-gemini-0003``; its first call ``call_fake_3_0``, ``fc_fake_3_0``,
+``toolu_fake_3_0``; a Gemini ``functionCall`` has no id, as the Gemini API
+sends none), ``created`` is always :data:`CREATED` and responses carry no
+``date`` header, so two runs of the same script with the same requests
+produce byte-identical responses.
 
 It must not know about recording, run files, matching or replay: it plays the
 part of an origin, and nothing in wiretape depends on it.
@@ -32,6 +39,7 @@ Its modules, each importing only those above it:
     openai_chat          chat completions          \\
     openai_responses     Responses                  | a turn (or an input) as bytes
     anthropic_messages   messages                   |
+    gemini_generate      generateContent, countTokens
     openai_embeddings    embeddings                /
     playbook             routes, the script being played, ReceivedRequest
     server               the asyncio + h11 shell: AsyncFakeProvider, FakeProvider

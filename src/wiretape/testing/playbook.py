@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from wiretape.testing.anthropic_messages import messages
+from wiretape.testing.gemini_generate import count_tokens, generate_content, stream_generate_content
 from wiretape.testing.openai_chat import chat
 from wiretape.testing.openai_embeddings import embeddings
 from wiretape.testing.openai_responses import responses
@@ -25,6 +26,7 @@ from wiretape.testing.wire import (
     ANTHROPIC,
     BAD_REQUEST,
     EXHAUSTED,
+    GOOGLE,
     NOT_FOUND,
     OPENAI,
     Answer,
@@ -92,7 +94,10 @@ _ROUTES: tuple[_ScriptedRoute | _ComputedRoute, ...] = (
     _ScriptedRoute("/chat/completions", OPENAI, _last_of("messages"), chat),
     _ScriptedRoute("/responses", OPENAI, _last_of("input"), responses),
     _ScriptedRoute("/messages", ANTHROPIC, _last_of("messages"), messages),
+    _ScriptedRoute(":streamGenerateContent", GOOGLE, _last_of("contents"), stream_generate_content),
+    _ScriptedRoute(":generateContent", GOOGLE, _last_of("contents"), generate_content),
     _ComputedRoute("/embeddings", OPENAI, embeddings),
+    _ComputedRoute(":countTokens", GOOGLE, count_tokens),
 )
 
 
@@ -103,11 +108,13 @@ def _route_for(method: str, target: str) -> _ScriptedRoute | _ComputedRoute | No
     return next((route for route in _ROUTES if path.endswith(route.suffix)), None)
 
 
-_TEXT_KEYS = ("content", "text", "output")  # where chat, Responses and Anthropic messages keep text
+# Where chat, Responses and Anthropic messages keep text, and Gemini's
+# ``parts`` (a ``text``, or a ``functionResponse`` whose ``response`` holds the tool's output).
+_TEXT_KEYS = ("content", "text", "output", "parts", "functionResponse", "response")
 
 
 def _text_of(value: JSON) -> str:
-    """The text of a message: strings under ``content``/``text``/``output``, at any depth."""
+    """The text of a message: strings under :data:`_TEXT_KEYS`, at any depth."""
     if isinstance(value, str):
         return value
     if isinstance(value, list):
@@ -179,4 +186,5 @@ class Playbook:
                 f"{turn.expect!r}, but it was {said[:200]!r}"
             )
             return error_reply(route.errors, BAD_REQUEST, message), self._played
-        return route.render(Answer(self._played, turn, request, len(body))), self._played
+        answer = Answer(self._played, turn, request, len(body), target)
+        return route.render(answer), self._played

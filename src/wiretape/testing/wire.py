@@ -4,9 +4,9 @@ This module owns a reply before it is framed (:class:`Reply`), what a format
 renderer is given (:class:`Answer`), the JSON and SSE encodings, how text and
 tool-call arguments are cut into streamed deltas, the ids and timestamp shared
 by the OpenAI formats, and errors in each provider's shape (a table of
-failures, an OpenAI and an Anthropic error body). The per-endpoint renderers
-live in ``openai_chat``, ``openai_responses``, ``anthropic_messages`` and
-``openai_embeddings``.
+failures, an OpenAI, an Anthropic and a Google error body). The per-endpoint
+renderers live in ``openai_chat``, ``openai_responses``, ``anthropic_messages``,
+``gemini_generate`` and ``openai_embeddings``.
 
 It must not know about sockets, HTTP framing or headers, which endpoint a
 request reached, or which turn of the script comes next.
@@ -40,12 +40,14 @@ class Reply:
 
 @dataclass(frozen=True)
 class Answer:
-    """What a renderer needs: the turn, its 1-based number, and the parsed request."""
+    """What a renderer needs: the turn, its 1-based number, the parsed request, and
+    the request's target (Gemini names the model in the path, not the body)."""
 
     number: int
     turn: Turn
     request: Mapping[str, JSON]
     request_size: int
+    target: str = ""
 
     @property
     def model(self) -> str:
@@ -122,11 +124,12 @@ class Failure:
     status: int
     openai_type: str
     anthropic_type: str
+    google_status: str
 
 
-NOT_FOUND = Failure(404, "invalid_request_error", "not_found_error")
-BAD_REQUEST = Failure(400, "invalid_request_error", "invalid_request_error")
-EXHAUSTED = Failure(500, "server_error", "api_error")
+NOT_FOUND = Failure(404, "invalid_request_error", "not_found_error", "NOT_FOUND")
+BAD_REQUEST = Failure(400, "invalid_request_error", "invalid_request_error", "INVALID_ARGUMENT")
+EXHAUSTED = Failure(500, "server_error", "api_error", "INTERNAL")
 
 
 def _openai_error(failure: Failure, message: str) -> JSON:
@@ -137,9 +140,14 @@ def _anthropic_error(failure: Failure, message: str) -> JSON:
     return {"type": "error", "error": {"type": failure.anthropic_type, "message": message}}
 
 
+def _google_error(failure: Failure, message: str) -> JSON:
+    return {"error": {"code": failure.status, "message": message, "status": failure.google_status}}
+
+
 ErrorShape: TypeAlias = Callable[[Failure, str], JSON]
 OPENAI: ErrorShape = _openai_error
 ANTHROPIC: ErrorShape = _anthropic_error
+GOOGLE: ErrorShape = _google_error
 
 
 def error_reply(shape: ErrorShape, failure: Failure, message: str) -> Reply:
