@@ -86,8 +86,8 @@ EXPECTED: dict[str, Expected] = {
         first_pointer="/metadata/user_id",
     ),
     "codex": Expected(
-        allow=("ids", "clock", "key-order"),
-        fired=frozenset({"ids", "clock", "key-order"}),
+        allow=("ids", "clock", "key-order", "durations"),
+        fired=frozenset({"ids", "clock", "key-order", "durations"}),
         pointers=("/prompt_cache_key", "/client_metadata",
                   "/client_metadata/x-codex-turn-metadata#/turn_started_at_unix_ms",
                   "/input/0/id"),
@@ -109,7 +109,7 @@ EXPECTED: dict[str, Expected] = {
 NEED_ALLOWANCES = [name for name in AGENTS if EXPECTED[name].allow]
 
 # Every allowance at once: what a user who allows everything gets.
-ALL_ALLOWANCES = "ids,clock,key-order,paths"
+ALL_ALLOWANCES = "ids,clock,key-order,durations,paths"
 
 
 # --- running wiretape ----------------------------------------------------------------------
