@@ -87,7 +87,7 @@ EXPECTED: dict[str, Expected] = {
     ),
     "codex": Expected(
         allow=("ids", "clock", "key-order", "durations"),
-        fired=frozenset({"ids", "clock", "key-order", "durations"}),
+        fired=frozenset({"ids", "clock", "key-order"}),
         pointers=("/prompt_cache_key", "/client_metadata",
                   "/client_metadata/x-codex-turn-metadata#/turn_started_at_unix_ms",
                   "/input/0/id"),
@@ -222,7 +222,9 @@ def test_replay_passes_strict_with_the_allowances_the_agent_needs(recorded: Reco
     assert outcome["stdout"]["same"] is True
     assert outcome["files"]["same"] is True
     rules = fired_rules(v)
-    assert set(rules) - {"paths"} == expected.fired, rules
+    # Every rule expected fires; a rule allowed for what may or may not vary
+    # in a run (Codex's tool wall time can be 0.0000 s twice) may fire too.
+    assert expected.fired <= set(rules) - {"paths"} <= set(expected.allow), rules
     if not expected.fired:
         assert v["equivalent"] == 0 and v["exact"] == count
         return

@@ -153,6 +153,7 @@ def test_decide_counts_equivalent_only_when_allowed_and_holds_what_it_learned() 
 @pytest.mark.parametrize(("recorded", "live", "fired"), [
     (doc(out="Wall time: 0.0348 seconds"), doc(out="Wall time: 0.0001 seconds"), ["durations"]),
     (doc(latency_ms=12), doc(latency_ms=30), ["durations"]),
+    (doc(started_at_ms=1_796_000_000_000), doc(started_at_ms=1_796_000_005_000), ["clock"]),
     (doc(text="took 5 apples"), doc(text="took 6 apples"), None),
     (doc(count=5), doc(count=6), None),
 ])

@@ -287,14 +287,15 @@ class _Walker:
                 self.texts(a, b, where)
             return
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
-        if numbers and name and not name.isdigit() and DURATION_NAME.search(name):
-            self.result.fired.append((Rule.DURATIONS, where, json.dumps(a), json.dumps(b)))
-            return
         if numbers:
+            # A clock reading first: `started_at_ms` is a time, not a duration.
             sa, sb = json.dumps(a), json.dumps(b)
             low, high = _epoch(sa), _epoch(sb)
             if low is not None and high is not None:
                 self.clock(low, high, sa, sb, where, precision=_precision(sa))
+                return
+            if name and not name.isdigit() and DURATION_NAME.search(name):
+                self.result.fired.append((Rule.DURATIONS, where, sa, sb))
                 return
         self.fail(f"{where}: {_short(_shown(a))} recorded, {_short(_shown(b))} live")
 
