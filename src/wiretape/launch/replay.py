@@ -32,7 +32,7 @@ from wiretape.launch.intercept import (
     plain_http_refusal,
     proxy_environment,
 )
-from wiretape.launch.origins import child_environment
+from wiretape.launch.origins import child_environment, key_placeholders, placeholder_note
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet, sweep_stale
 from wiretape.matching.correspond import Learned
 from wiretape.matching.volatile import compare_volatile, equal_up_to
@@ -483,14 +483,22 @@ async def _prepare_replay(
     connect, origins, env, proxy_variables = await _listen_replay(
         stack, listeners, info, replayer, settings, isolated)
     env = launch.environment(env)
+    placeholders: dict[str, str] = {}
     if command is not None:
         command = launch.argv
         if isolated is not None:
             env = {**env, **isolated.env}
             command = isolated.command(command)
+        # The recording's credentials are not needed (no request reaches a
+        # provider, and credential headers do not decide a match), but an
+        # agent may refuse to start without them.
+        placeholders = key_placeholders(info.credential_env, env)
+        env = {**env, **placeholders}
     session = _Replay(run, info, settings, list(argv or info.argv), command, sandbox, launch,
                       policy, replayer, stopping, isolated, listeners, connect, origins, env,
                       proxy_variables)
+    if placeholders:
+        session.notes.append(placeholder_note(list(placeholders)))
     if project.source is not None and (project.allow or project.outcome_ignore):
         said = [f"allow {', '.join(sorted(project.allow))}" if project.allow else "",
                 f"outcome-ignore {', '.join(project.outcome_ignore)}"
