@@ -396,11 +396,13 @@ class Facet(TypedDict):
 class ExitStatusFacet(Facet):
     """Both exit statuses; ``stderr``, when the replayed agent exited
     non-zero: the first lines of what it wrote there (and the last ones,
-    when it wrote more)."""
+    when it wrote more), and ``command``, the agent's command line as a
+    shell would read it (secrets masked)."""
 
     recorded: int | None
     replayed: int | None
     stderr: NotRequired[list[str]]
+    command: NotRequired[str]
 
 
 class StdoutFacet(Facet):
