@@ -173,4 +173,5 @@ class CommandNotFound(WiretapeError):
 
     def __init__(self, command: str, reason: str = "not found on PATH") -> None:
         self.command = command
+        self.reason = reason
         super().__init__(f"cannot run command {command!r}: {reason}")

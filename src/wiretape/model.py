@@ -171,6 +171,10 @@ class RunInfo:
     #: the allowances recorded with the run (``record --allow``): learned
     #: correspondences its replays accept (matching.correspond.ALLOWANCES)
     allow: tuple[str, ...] = ()
+    #: the names (never the values) of the variables that carried the
+    #: agent's credentials when it was recorded (``OPENAI_API_KEY``): a
+    #: replay gives the agent a placeholder for each one its environment lacks
+    credential_env: tuple[str, ...] = ()
 
 
 # --- JSON ---------------------------------------------------------------------------------------
@@ -251,6 +255,8 @@ class RunMeta(TypedDict, total=False):
     left_out: dict[str, list[list[str]]]
     scrubbed: list[ScrubJSON]
     allow: list[str]
+    #: RunInfo.credential_env (absent in runs recorded before it)
+    credential_env: list[str]
 
 
 # --- replays -------------------------------------------------------------------------------------
@@ -392,11 +398,13 @@ class Facet(TypedDict):
 class ExitStatusFacet(Facet):
     """Both exit statuses; ``stderr``, when the replayed agent exited
     non-zero: the first lines of what it wrote there (and the last ones,
-    when it wrote more)."""
+    when it wrote more), and ``command``, the agent's command line as a
+    shell would read it (secrets masked)."""
 
     recorded: int | None
     replayed: int | None
     stderr: NotRequired[list[str]]
+    command: NotRequired[str]
 
 
 class StdoutFacet(Facet):

@@ -157,6 +157,35 @@ def plausible_secret(value: str) -> bool:
     return (letters and digits) or len(value) >= 20
 
 
+#: A variable's name as a run may store it (POSIX: letters, digits, ``_``).
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def is_credential_name(name: str, known: Iterable[str] = ()) -> bool:
+    """Whether ``name`` may name a credential variable a replay sets a
+    placeholder for: one of ``known`` (a provider's key variable), or a
+    well-formed secret-named variable. Never ``PATH``, ``LD_PRELOAD`` or the
+    like, whatever a run file says."""
+    return _VARIABLE_NAME.fullmatch(name) is not None and (
+        name in set(known) or is_secret_name(name))
+
+
+def credential_names(env: Mapping[str, str], facts: Iterable[Redaction],
+                     known: Iterable[str] = ()) -> list[str]:
+    """The names, never the values, of ``env``'s variables that carried a
+    credential: each of ``known`` (the recorded origins' key variables) set
+    to a non-empty value, and each secret-named variable whose value one of
+    ``facts`` redacted (same fingerprint: a gateway's key in ``api-key``, a
+    token in ``Authorization``). Sorted."""
+    known = tuple(known)
+    prints = {f.fingerprint for f in facts if not f.name.startswith("recoded:")}
+    found = {name for name in known if env.get(name)}
+    found |= {name for name, value in env.items()
+              if len(value) >= 4 and is_credential_name(name)
+              and fingerprint(value.encode("utf-8", "surrogateescape")) in prints}
+    return sorted(found)
+
+
 def secret_values(env: Mapping[str, str]) -> list[tuple[str, bytes]]:
     """The values of ``env``'s secret-named variables that look like
     secrets, each labelled ``env:NAME``."""

@@ -127,7 +127,10 @@ def test_another_clock_diverges_and_the_timestamp_is_named(project) -> None:  # 
 
 @needs_mount_ns
 @needs_net_ns
-def test_offline_a_tool_cannot_fetch_and_the_names_are_reported(tmp_path: Path) -> None:
+def test_offline_a_tool_cannot_fetch_and_the_names_are_reported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A minute turning over between recording and replay would change the prompt.
+    monkeypatch.setenv("CONTEXT_AGENT_NOW", "2025-01-02T03:04Z")
     work = tmp_path / "w"
     work.mkdir()
     run = tmp_path / "run.wtape"
@@ -169,3 +172,108 @@ def test_a_virtualenv_left_out_of_the_snapshot_is_there_in_the_replay(tmp_path: 
     assert replayed.returncode == 0, replayed.stderr
     assert "verdict PASS" in replayed.stderr and "exact 1" in replayed.stderr
     assert checksums(work / ".venv") == before
+
+
+VENV_AGENT = '''\
+"""An agent as a project keeps one: run by the project's own interpreter
+(.venv/bin/python), with a package installed only there and a module of
+its own beside it. It appends to a log inside .venv, which a replay must
+not let it change."""
+import json, os, urllib.request
+
+import fruitbasket  # in .venv only
+import helpers  # beside this file
+
+try:
+    with open(os.path.join(".venv", "agent-runs.log"), "a") as log:
+        log.write("ran\\n")
+except OSError:
+    pass
+body = json.dumps({"model": "gpt-4o-mini",
+                   "messages": [{"role": "user", "content": helpers.prompt(fruitbasket.COUNT)}]})
+request = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body.encode(),
+    headers={"content-type": "application/json",
+             "authorization": "Bearer " + os.environ.get("OPENAI_API_KEY", "none")})
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+with opener.open(request) as response:
+    answer = json.load(response)["choices"][0]["message"]["content"]
+print(answer)
+with open("answer.txt", "w") as out:
+    out.write(answer + "\\n")
+'''
+
+
+@pytest.fixture
+def venv_project(tmp_path: Path) -> tuple[Path, Path]:
+    """The README's layout: a project with its own ``.venv`` (made with
+    ``python -m venv``), recorded as ``.venv/bin/python agent.py``."""
+    work = tmp_path / "project"
+    work.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / ".venv")],
+                   check=True, timeout=60)
+    packages = subprocess.run(
+        [str(work / ".venv" / "bin" / "python"), "-c",
+         "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    (Path(packages) / "fruitbasket").mkdir(parents=True)
+    (Path(packages) / "fruitbasket" / "__init__.py").write_text("COUNT = 42\n")
+    (work / "helpers.py").write_text("def prompt(n):\n    return f'How many? I see {n}.'\n")
+    (work / "agent.py").write_text(VENV_AGENT)
+    run = tmp_path / "run.wtape"
+    with FakeProvider([TextTurn("forty-two")]) as fp:
+        done = wiretape("record", "-o", str(run), "--upstream", f"openai={fp.url}/v1", "--",
+                        ".venv/bin/python", "agent.py", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert (work / "answer.txt").read_text() == "forty-two\n"
+    assert (work / ".venv" / "agent-runs.log").read_text() == "ran\n"
+    return work, run
+
+
+@needs_mount_ns
+def test_the_readme_layout_replays_with_its_virtualenv_read_only(venv_project) -> None:  # type: ignore[no-untyped-def]
+    """``wiretape replay RUN`` with no flags passes: the project's .venv,
+    left out of the snapshot, is shown read-only at its place; mapped
+    paths show it read-only inside the sandbox copy."""
+    work, run = venv_project
+    before = checksums(work / ".venv")
+    for flags in ([], ["--no-same-paths"]):
+        done = wiretape("replay", str(run), *flags, cwd=work)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "forty-two\n"
+        v = verdict(run, work)
+        assert (v["recorded"], v["exact"], v["pass"]) == (1, 1, True), done.stderr
+        assert v["outcome"]["files"]["same"] is True
+        assert v["outcome"]["sandbox"]["paths"] == ("mapped" if flags else "same-paths")
+        assert checksums(work / ".venv") == before  # the agent could not append to its log
+
+
+def test_an_agent_that_fails_in_a_replay_is_named_with_its_stderr(venv_project) -> None:  # type: ignore[no-untyped-def]
+    work, run = venv_project
+    runs = work.parent / "runs"
+    runs.mkdir()
+    shutil.copy(run, runs / "run.wtape")
+    # The package is gone from the project's .venv: the agent cannot start.
+    shutil.rmtree(next((work / ".venv").rglob("fruitbasket")))
+    done = wiretape("replay", str(run), cwd=work)
+    assert done.returncode == 3, done.stderr  # its request never came
+    lines = done.stderr.splitlines()
+    at = lines.index("exit status: recorded 0, replay 1")
+    assert lines[at + 1] == "  the agent exited with status 1: .venv/bin/python agent.py"
+    assert lines[at + 2] == "  the agent's stderr:"
+    assert "    ModuleNotFoundError: No module named 'fruitbasket'" in lines[at + 3:]
+    checked = wiretape("check", "--yes", str(runs), cwd=work)
+    assert checked.returncode == 1
+    assert "  the agent exited with status 1: .venv/bin/python agent.py" in checked.stdout
+    assert "    ModuleNotFoundError: No module named 'fruitbasket'" in checked.stdout
+    # Without the .venv the command is not there at all: one line says why.
+    shutil.rmtree(work / ".venv")
+    done = wiretape("replay", str(run), cwd=work)
+    assert done.returncode == 2
+    why = (f"wiretape: error: cannot run command '.venv/bin/python': .venv is never "
+           f"snapshotted, and {work / '.venv'} does not exist here: make it as it was when "
+           "recording, or give the command after --")
+    assert done.stderr.splitlines() == [why]
+    checked = wiretape("check", "--yes", str(runs), cwd=work)
+    assert checked.returncode == 1
+    assert why.replace("wiretape: error: ", "") in checked.stdout

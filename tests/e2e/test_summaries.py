@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -94,7 +95,9 @@ def test_a_failed_recording_says_so_and_ls_and_the_verdict_show_exit_codes(
     verdict = next(ln for ln in lines if ln.startswith("wiretape: verdict "))
     assert "outcome: exit_status differs (1 -> 3), stdout differs" in verdict, verdict
     at = lines.index("exit status: recorded 1, replay 3")
-    assert lines[at + 1: at + 15] == [
+    command = shlex.join(["sh", "-c", f"{complaint}; exit 3"])
+    assert lines[at + 1] == f"  the agent exited with status 3: {command[:197]}..."
+    assert lines[at + 2: at + 16] == [
         "  the agent's stderr:",
         *(f"    complaint {i}" for i in range(1, 9)),
         "    ... (3 more lines)",

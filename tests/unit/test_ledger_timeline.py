@@ -17,6 +17,7 @@ from wiretape.inspect.formats import (
     ToolCall,
     Usage,
     WireError,
+    read_exchange,
 )
 from wiretape.inspect.ledger import build_ledger
 from wiretape.inspect.progress import Progress
@@ -75,6 +76,62 @@ def test_calls_without_ids_are_matched_by_name_and_count() -> None:
     ledger = build_ledger(views)
     assert [(e.call_id, e.answered_in) for e in ledger.entries] == [("#0.0", 1), ("#1.0", 2)]
     assert ledger.entries[0].result == "20"
+
+
+def _gemini_exchange(seq: int, contents: list[object], parts: list[object]) -> Exchange:
+    """A streamed Gemini exchange: the request's ``contents``, the model's ``parts``."""
+    body = json.dumps({"contents": contents}).encode()
+    answer = {"candidates": [{"content": {"role": "model", "parts": parts},
+                              "finishReason": "STOP"}], "modelVersion": "gemini-2.5-pro"}
+    return Exchange(seq, 1, "gemini", 100 + seq,
+                    Request(b"POST", b"/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+                            b"?alt=sse", ((b"content-type", b"application/json"),), body),
+                    Response(200, b"OK", ((b"content-type", b"text/event-stream"),),
+                             (Frame(5, b"data: " + json.dumps(answer).encode() + b"\r\n\r\n"),)),
+                    Ending.COMPLETE, 5, 9)
+
+
+def test_a_call_the_client_named_is_completed_by_name_and_position() -> None:
+    """gemini-cli: the model's functionCall has no id, and the client sends
+    its functionResponse with an id of its own (``read_file_<ms>_0``)."""
+    user = {"role": "user", "parts": [{"text": "What do my notes say?"}]}
+    call = {"functionCall": {"name": "read_file", "args": {"path": "notes.txt"}}}
+    answered = {"role": "user", "parts": [{"functionResponse": {
+        "id": "read_file_1730000000000_0", "name": "read_file",
+        "response": {"output": "buy apples"}}}]}
+    second = {"functionCall": {"name": "read_file", "args": {"path": "todo.txt"}}}
+    exchanges = [
+        _gemini_exchange(0, [user], [call]),
+        _gemini_exchange(1, [user, {"role": "model", "parts": [call]}, answered], [second]),
+        # the run stopped before the second call's answer was sent
+    ]
+    ledger = build_ledger([(e.seq, read_exchange(e)) for e in exchanges])
+    assert [(e.call_id, e.name, e.arguments, e.issued_in, e.answered_in, e.status, e.result)
+            for e in ledger.entries] == [
+        ("#0.0", "read_file", '{"path":"notes.txt"}', 0, 1, "completed",
+         '{"output":"buy apples"}'),
+        ("#1.0", "read_file", '{"path":"todo.txt"}', 1, None, "pending", None),
+    ]
+    assert ledger.unmatched_results == ()  # the client's id answered the call
+
+
+def test_a_result_by_id_is_not_taken_again_by_name() -> None:
+    """Results that answer a call by id never complete another by name; a
+    client-made id that answers nothing is still listed as unmatched."""
+    with_id, without = ToolCall("c1", "grep", "{}"), ToolCall("", "grep", '{"q":2}')
+    views = [
+        (0, view(calls=(with_id, without))),
+        (1, view(results=(("c1", "grep"),),
+                 messages=(Message("tool", "one", result_for="c1", result_name="grep"),))),
+        (2, view(results=(("c1", "grep"), ("grep_17_0", "grep"), ("glob_18_0", "glob")),
+                 messages=(Message("tool", "one", result_for="c1", result_name="grep"),
+                           Message("tool", "two", result_for="grep_17_0", result_name="grep"),
+                           Message("tool", "x", result_for="glob_18_0", result_name="glob")))),
+    ]
+    ledger = build_ledger(views)
+    assert [(e.call_id, e.answered_in, e.result) for e in ledger.entries] == [
+        ("c1", 1, "one"), ("#0.1", 2, "two")]
+    assert ledger.unmatched_results == ((2, "glob_18_0", "glob"),)
 
 
 def test_server_tools_complete_in_their_own_exchange_and_stray_results_are_listed() -> None:

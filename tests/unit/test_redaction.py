@@ -15,9 +15,11 @@ from wiretape.redaction import (
     REDACTED,
     STANDARD,
     LiveRedactor,
+    credential_names,
     dotenv_values,
     fingerprint,
     fingerprints,
+    is_credential_name,
     learn,
     redact_exchange,
     redact_json,
@@ -252,3 +254,24 @@ def test_a_replay_learns_from_its_environment() -> None:
     redactor.learn_environment({"ANY_NAME": SECRET.decode(), "OTHER": "x=" + SECRET.decode()})
     assert redactor.text(b"it is " + SECRET, "stdout") == b"it is " + b"<redacted" + \
         b"*" * (len(SECRET) - 10) + b">"
+
+
+def test_credential_names_are_the_set_key_variables_and_those_the_traffic_carried() -> None:
+    gateway, unused = "gw-" + "7" * 30, "db-" + "8" * 30
+    env = {"OPENAI_API_KEY": "sk-" + "a" * 40, "ANTHROPIC_API_KEY": "",
+           "GATEWAY_API_TOKEN": gateway, "DB_PASSWORD": unused, "HOME": "/home/u",
+           "LLM_ENDPOINT": gateway}  # same value, not a credential's name: never kept
+    facts = [Redaction("request-header", "api-key", fingerprint(gateway.encode())),
+             Redaction("request-body", "recoded:gzip", fingerprint(unused.encode()))]
+    names = credential_names(env, facts, known=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"))
+    # ANTHROPIC_API_KEY is empty; DB_PASSWORD's print is only a recoded body's
+    assert names == ["GATEWAY_API_TOKEN", "OPENAI_API_KEY"]
+    assert credential_names({}, facts) == []
+
+
+@pytest.mark.parametrize(("name", "credential"), [
+    ("OPENAI_API_KEY", True), ("MY_SERVICE_TOKEN", True), ("AZURE_OPENAI_API_KEY", True),
+    ("PATH", False), ("LD_PRELOAD", False), ("PYTHONPATH", False), ("OPENAI_BASE_URL", False),
+    ("BAD NAME_KEY", False), ("1_KEY", False), ("", False)])
+def test_only_credential_names_are_given_placeholders(name: str, credential: bool) -> None:
+    assert is_credential_name(name) is credential

@@ -43,7 +43,7 @@ from wiretape.model import (
     header_value,
 )
 from wiretape.origins import parse_upstream
-from wiretape.redaction import redact_json
+from wiretape.redaction import is_credential_name, redact_json
 
 _NO_TIMING = {"blocked": -1, "dns": -1, "connect": -1, "ssl": -1}
 
@@ -184,6 +184,7 @@ def export_har(info: RunInfo, exchanges: Iterator[Exchange],
         "_wiretape": {
             "run_id": info.run_id, "wiretape_version": info.wiretape_version,
             "argv": list(info.argv), "cwd": info.cwd, "env_names": list(info.env_names),
+            "credential_env": list(info.credential_env),
             "origins": [[o.name, o.upstream, o.port, list(o.env_vars)] for o in info.origins],
             "started_at_ns": info.started_at_ns, "ended_at_ns": info.ended_at_ns,
             "exit_status": info.exit_status, "stdout": info.stdout.decode("latin-1"),
@@ -310,7 +311,9 @@ def _info(log: _Untrusted, origins: dict[str, Origin], source: str,
         started_at_ns=meta["started_at_ns"], ended_at_ns=meta.get("ended_at_ns"),
         exit_status=meta.get("exit_status"), stdout=meta.get("stdout", "").encode("latin-1"),
         stderr=meta.get("stderr", "").encode("latin-1"), mode=meta.get("mode", "record"),
-        extra=extra)
+        extra=extra, credential_env=tuple(
+            n for n in meta.get("credential_env", ()) if isinstance(n, str)
+            and is_credential_name(n)))
 
 
 def import_har(source: Path, out: Path | None,

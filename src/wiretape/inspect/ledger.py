@@ -2,8 +2,9 @@
 whether a later request carried its result.
 
 A call is **completed** in the first later exchange whose request carries a
-tool result for it (same call id; for formats whose calls have no id, as
-Gemini's often do, the next unanswered result of the same tool name), else
+tool result for it (same call id; for a call with no id, as Gemini's often
+are, a result of the same tool name that answers no call by id, by
+position, whether the client gave it an id of its own or none), else
 **pending**: asked for and never answered, as when a run was interrupted.
 Completed and pending are disjoint and together cover every call. Calls the
 provider ran itself (Anthropic ``server_tool_use``) are answered in the
@@ -101,27 +102,37 @@ def _clip(text: str) -> str:
     return text if len(text) <= _EXCERPT else text[: _EXCERPT - 3] + "..."
 
 
-def _result_text(view: ExchangeView, call_id: str, name: str) -> str | None:
-    for message in view.request.messages:
-        if message.result_for is None:
-            continue
-        if (call_id and message.result_for == call_id) or (
-                not call_id and message.result_name == name):
-            return _clip(message.text)
-    return None
+def _result_text(view: ExchangeView, call_id: str) -> str | None:
+    """The text of the result for ``call_id`` in ``view``'s request."""
+    return next((_clip(m.text) for m in view.request.messages if m.result_for == call_id), None)
+
+
+def _by_name(view: ExchangeView, name: str, known_ids: set[str]) -> list[tuple[str, str]]:
+    """The results of tool ``name`` in ``view``'s request that answer no
+    call by id (no id, or one the client made), as (id, text), in order."""
+    return [(m.result_for or "", _clip(m.text)) for m in view.request.messages
+            if m.result_for is not None and m.result_name == name
+            and m.result_for not in known_ids]
 
 
 def build_ledger(views: Sequence[tuple[int, ExchangeView]]) -> Ledger:
     """The ledger of a run from its exchanges' views, as (seq, view) in
-    sequence order."""
+    sequence order.
+
+    Calls are paired with their results by id; a call not answered by id
+    (its format gave it none, as Gemini's, whose client then names the
+    result itself: gemini-cli's ``read_file_<ms>_0``) by name and position:
+    the k-th such call of a tool is answered by the first later request
+    carrying k results of that tool that answer no call by id."""
     issued: list[tuple[int, int, ExchangeView]] = []  # (seq, n, view) per call
     for seq, view in views:
         if view.response is not None:
             issued.extend((seq, n, view) for n in range(len(view.response.tool_calls)))
     known_ids = {view.response.tool_calls[n].call_id for _, n, view in issued
-                 if view.response is not None}
+                 if view.response is not None} - {""}
     entries = []
-    nameless_seen: Counter[str] = Counter()
+    unpaired_seen: Counter[str] = Counter()
+    paired_by_name: set[str] = set()  # result ids (the client's) a call was paired with
     for seq, n, view in issued:
         assert view.response is not None
         call = view.response.tool_calls[n]
@@ -135,22 +146,25 @@ def build_ledger(views: Sequence[tuple[int, ExchangeView]]) -> Ledger:
                           if s > seq and any(rid == call.call_id for rid, _ in v.tool_results)),
                          None)
             if later is not None:
-                answered_in, result = later[0], _result_text(later[1], call.call_id, call.name)
-        else:
-            # No id: the k-th call of a tool is answered by the first request
-            # carrying k results of that tool.
-            nameless_seen[call.name] += 1
-            wanted = nameless_seen[call.name]
+                answered_in, result = later[0], _result_text(later[1], call.call_id)
+        if answered_in is None and call.kind != "server":
+            unpaired_seen[call.name] += 1
+            wanted = unpaired_seen[call.name]
             later = next(((s, v) for s, v in views if s > seq and sum(
-                1 for rid, rname in v.tool_results if not rid and rname == call.name) >= wanted),
-                None)
+                1 for rid, rname in v.tool_results
+                if rname == call.name and rid not in known_ids) >= wanted), None)
             if later is not None:
-                answered_in, result = later[0], _result_text(later[1], "", call.name)
+                answered_in = later[0]
+                found = _by_name(later[1], call.name, known_ids)
+                if len(found) >= wanted:
+                    rid, result = found[wanted - 1]
+                    paired_by_name.add(rid)
         entries.append(LedgerEntry(call_id, call.name, call.arguments, seq, answered_in,
                                    result, call.kind))
     unmatched: dict[str, tuple[int, str, str | None]] = {}
     for seq, view in views:
         for rid, rname in view.tool_results:
-            if rid and rid not in known_ids and rid not in unmatched:
+            if (rid and rid not in known_ids and rid not in paired_by_name
+                    and rid not in unmatched):
                 unmatched[rid] = (seq, rid, rname)
     return Ledger(tuple(entries), tuple(unmatched.values()))

@@ -80,7 +80,8 @@ class Isolation:
     #: (source in the sandbox, the original absolute path it is shown at).
     binds: tuple[tuple[str, str], ...] = ()
     #: (an original folder, the place in the sandbox it is shown at,
-    #: read-only), mounted before ``binds`` so that they carry it along.
+    #: read-only), mounted before ``binds`` so that they carry it along
+    #: (without ``binds``: a mapped sandbox's copy shows it there).
     readonly_binds: tuple[tuple[str, str], ...] = ()
     #: A new network namespace with only loopback up.
     offline: bool = False
@@ -360,11 +361,11 @@ def prepare(isolation: Isolation, base_env: Mapping[str, str], *,
     if missing is not None:
         raise UsageError(missing)
     binds = _checked_binds(isolation.binds)
-    readonly_binds = _checked_binds(isolation.readonly_binds) if binds else []
+    readonly_binds = _checked_binds(isolation.readonly_binds)
     env: dict[str, str] = {}
     if isolation.clock_start_ns is not None and found.faketime is not None:
         env = clock_env(found.faketime, isolation.clock_start_ns, base_env, time.time_ns())
-    if not binds and not isolation.offline and isolation.cwd is None:
+    if not binds and not readonly_binds and not isolation.offline and isolation.cwd is None:
         return IsolatedLaunch([], env)
     scratch = tempfile.mkdtemp(prefix="wiretape-isolate-")
     holder: _Holder | None = None
@@ -382,7 +383,7 @@ def prepare(isolation: Isolation, base_env: Mapping[str, str], *,
                 Path(resolv_conf).write_text(_RESOLV_CONF)
                 os.chmod(resolv_conf, 0o644)
                 argv += ["--resolv", resolv_conf]
-        elif found.user_namespace and binds:
+        elif found.user_namespace and (binds or readonly_binds):
             argv.append("--new-user-ns")
         for source, target in readonly_binds:
             argv += ["--bind-ro", source, target]

@@ -361,7 +361,7 @@ def run_exec(args: Sequence[str]) -> int:
         setns(options["--user-ns"], CLONE_NEWUSER)
     if "--net-ns" in options:
         setns(options["--net-ns"], CLONE_NEWNET)
-    if binds or "--resolv" in options:
+    if binds or readonly_binds or "--resolv" in options:
         if "--new-user-ns" in options:
             new_user_namespace(CLONE_NEWNS)
         else:

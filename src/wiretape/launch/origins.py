@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from wiretape.errors import InvalidUpstream, UsageError
-from wiretape.origins import KNOWN_ORIGINS, parse_upstream
+from wiretape.origins import KNOWN_ORIGINS, key_placeholder, parse_upstream
+from wiretape.redaction import is_credential_name
 
 
 @dataclass(frozen=True)
@@ -106,3 +107,23 @@ def child_environment(
             env[var] = proxy_url(upstream, port)
             names.append(var)
     return env, names
+
+
+def key_placeholders(names: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """A placeholder for each credential variable of ``names`` (a run's
+    ``credential_env``) that ``environ`` lacks or leaves empty: the replayed
+    agent starts as it did when recorded, and no request reaches a provider.
+    A run file is untrusted, so only names that hold credentials get one
+    (``PATH`` or ``LD_PRELOAD`` never do)."""
+    known = {var for spec in KNOWN_ORIGINS for var in spec.key_vars}
+    return {name: key_placeholder(name) for name in names
+            if is_credential_name(name, known) and not environ.get(name)}
+
+
+def placeholder_note(names: Sequence[str]) -> str:
+    """The one line that says which variables got a placeholder."""
+    listed = (names[0] if len(names) == 1
+              else ", ".join(names[:-1]) + " and " + names[-1])
+    verb, what = ("is", "a placeholder") if len(names) == 1 else ("are", "placeholders")
+    return (f"wiretape: {listed} {verb} not set here; the agent gets {what}: "
+            "a replay needs no key")

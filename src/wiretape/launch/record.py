@@ -38,13 +38,20 @@ from wiretape.launch.intercept import (
 )
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins
 from wiretape.model import DEFAULT_MAX_BODY, ConnectReportJSON, Exchange, Origin, RunInfo
-from wiretape.origins import UpstreamOptions, parse_upstream
+from wiretape.origins import UpstreamOptions, key_variables, parse_upstream
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
 from wiretape.proxy.http1 import ErrorBody, Handler, plain_error
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
-from wiretape.redaction import STANDARD, Facts, Rules, redact_json, secret_values
+from wiretape.redaction import (
+    STANDARD,
+    Facts,
+    Rules,
+    credential_names,
+    redact_json,
+    secret_values,
+)
 from wiretape.scrub.places import (
     redact_entries,
     redact_entry,
@@ -335,10 +342,16 @@ async def _prepare_record(
     listeners = Listeners(max_body=max_body)
     connect, origins, env, names = await _listen_record(
         stack, listeners, planned, ports, intercept, upstream_options, handler_for, store_report)
+    # The names of the known origins' key variables are kept from the start
+    # (a run whose end is never stored still has them); the end adds those
+    # whose values the recorded traffic carried.
+    credentials = (credential_names(os.environ, (), key_variables([o.name for o in origins]))
+                   if argv is not None else [])
     info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=tuple(argv or ()), cwd=cwd,
                    env_names=tuple(sorted(names)), origins=tuple(origins),
                    started_at_ns=time.time_ns(), mode="record" if argv is not None else "serve",
-                   extra=trust.here(), allow=tuple(sorted(set(allow))))
+                   extra=trust.here(), allow=tuple(sorted(set(allow))),
+                   credential_env=tuple(credentials))
     run = _create_run(path, redact_info(info, rules, facts))
     stack.callback(run.close, compact=True)
     try:
@@ -473,6 +486,10 @@ async def _judge_record(session: _Recording) -> None:
         redact = rules_redactor(rules, facts)
         run.finish(session.exit_status, redact(session.stdout, "stdout"),
                    redact(session.stderr, "stderr"))
+        if session.argv is not None:
+            run.set_credential_env(credential_names(
+                os.environ, (fact for seq, fact in run.redactions() if seq is not None),
+                key_variables([o.name for o in session.origins])))
         exclude = store_paths(session.path) | session.made_for_run
         for snapshot_id, root, entries in session.snapshots:
             # Compared as stored: the files after the agent ran are redacted

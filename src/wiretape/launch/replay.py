@@ -15,13 +15,14 @@ import dataclasses
 import difflib
 import fnmatch
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
-from wiretape.errors import Interrupted, PortInUse, UsageError, signal_name
+from wiretape.errors import CommandNotFound, Interrupted, PortInUse, UsageError, signal_name
 from wiretape.inspect.verdicts import verdict_of
 from wiretape.launch import config, isolate
 from wiretape.launch.child import Child, Interrupts, resolve_command, run_child
@@ -32,7 +33,7 @@ from wiretape.launch.intercept import (
     plain_http_refusal,
     proxy_environment,
 )
-from wiretape.launch.origins import child_environment
+from wiretape.launch.origins import child_environment, key_placeholders, placeholder_note
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet, sweep_stale
 from wiretape.matching.correspond import Learned
 from wiretape.matching.volatile import compare_volatile, equal_up_to
@@ -105,11 +106,12 @@ def stderr_excerpt(stderr: bytes) -> list[str]:
 
 
 def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: int | None,
-               stdout: bytes, since: float | None = None, stderr: bytes = b"", *,
-               learned: Learned | None = None) -> Outcome:
+               stdout: bytes, since: float | None = None, stderr: bytes = b"",
+               command: Sequence[str] = (), *, learned: Learned | None = None) -> Outcome:
     """The outcome part of a verdict: each facet same, differs, or not
     compared (None). An agent that exited non-zero leaves the first lines
-    of its ``stderr`` in the exit status facet."""
+    of its ``stderr``, and its ``command`` (argv, secrets already masked),
+    in the exit status facet."""
     if exit_status is None:
         return {}
     # A run with no recorded exit status (imported, or attached with serve)
@@ -124,6 +126,8 @@ def outcome_of(recorded_exit: int | None, recorded_stdout: bytes, exit_status: i
                                    "recorded": recorded_exit, "replayed": exit_status}
     if exit_status != 0:
         exit_facet["stderr"] = stderr_excerpt(stderr)
+        if command:
+            exit_facet["command"] = shlex.join(command)[:STDERR_LINE_MAX]
     return {
         "exit_status": exit_facet,
         "stdout": {"same": compared.same if known else None, "recorded_bytes": len(recorded_stdout),
@@ -286,6 +290,18 @@ def plan_launch(sandbox: Sandbox | None, settings: ReplaySettings, argv: Sequenc
                                   MAPPING_WARNING)
     else:
         notes = (MAPPING_WARNING,)
+    # The folders snapshots leave to the tools that make them (a virtualenv,
+    # node_modules) are shown in the copy: read-only where the system can
+    # bind them, else linked.
+    if sandbox.tool_folders():
+        if isolate.capabilities().mount_namespaces:
+            wanted = isolate.Isolation(readonly_binds=tuple(sandbox.tool_binds()),
+                                       offline=settings.offline, clock_start_ns=clock)
+        else:
+            linked = sandbox.link_tools()
+            notes += (f"wiretape: {', '.join(linked)} linked into the sandbox, not copied and "
+                      "not read-only (no mount namespaces): the agent can change "
+                      f"{'it' if len(linked) == 1 else 'them'}",)
     return LaunchPlan(
         [sandbox.map_arg(a) for a in argv], sandbox.map_path(cwd), "mapped",
         substitutions=sandbox.substitutions(), notes=notes, sandbox=sandbox, isolation=wanted)
@@ -483,14 +499,22 @@ async def _prepare_replay(
     connect, origins, env, proxy_variables = await _listen_replay(
         stack, listeners, info, replayer, settings, isolated)
     env = launch.environment(env)
+    placeholders: dict[str, str] = {}
     if command is not None:
         command = launch.argv
         if isolated is not None:
             env = {**env, **isolated.env}
             command = isolated.command(command)
+        # The recording's credentials are not needed (no request reaches a
+        # provider, and credential headers do not decide a match), but an
+        # agent may refuse to start without them.
+        placeholders = key_placeholders(info.credential_env, env)
+        env = {**env, **placeholders}
     session = _Replay(run, info, settings, list(argv or info.argv), command, sandbox, launch,
                       policy, replayer, stopping, isolated, listeners, connect, origins, env,
                       proxy_variables)
+    if placeholders:
+        session.notes.append(placeholder_note(list(placeholders)))
     if project.source is not None and (project.allow or project.outcome_ignore):
         said = [f"allow {', '.join(sorted(project.allow))}" if project.allow else "",
                 f"outcome-ignore {', '.join(project.outcome_ignore)}"
@@ -550,6 +574,8 @@ def _plan_replay(
         # A kept sandbox is the user's: it loses the mark that lets a later
         # replay sweep it away as the leftover of a killed one.
         stack.callback(sandbox.release if settings.keep else sandbox.remove)
+    launch = plan_launch(sandbox, settings, command if command is not None else [], cwd,
+                         info.started_at_ns)
     if command is not None:
         # The agent's own command is checked where it will run: in the
         # sandbox copy of its working directory, when there is one.
@@ -557,9 +583,42 @@ def _plan_replay(
         if not os.path.isdir(where):
             raise UsageError(f"the recorded working directory {cwd} does not exist: "
                              "give the command after -- to run it here")
-        resolve_command(command, where)
-    return command, sandbox, plan_launch(sandbox, settings, command if command is not None else [],
-                                         cwd, info.started_at_ns)
+        resolve_in_sandbox(launch, where, run.snapshot_policy()[1])
+    return command, sandbox, launch
+
+
+def resolve_in_sandbox(launch: LaunchPlan, where: str,
+                       left_out: dict[str, list[list[str]]]) -> None:
+    """Check that the agent's command exists as it will see it: a path in
+    the sandbox (its copy of a tool folder is the original), ``where`` the
+    sandbox's copy of its working directory. Raises CommandNotFound naming
+    why a path in the sandbox is missing: a tool folder that does not exist
+    here, or a file the snapshot left out (``left_out``: per snapshot id,
+    ``[path, reason]`` pairs)."""
+    sandbox, exe = launch.sandbox, launch.argv[0] if launch.argv else ""
+    if sandbox is None or os.sep not in exe:
+        resolve_command(launch.argv, where)
+        return
+    seen = exe if os.path.isabs(exe) else os.path.join(launch.cwd, exe)
+    in_copy = sandbox.map_path(seen) if launch.mode == "same-paths" else seen
+    try:
+        resolve_command([sandbox.on_host(in_copy), *launch.argv[1:]], where)
+    except CommandNotFound as exc:
+        missing = sandbox.left_out_folder(in_copy)
+        if missing is not None:
+            raise CommandNotFound(exe, f"{missing[0]} is never snapshotted, and {missing[1]} "
+                                       "does not exist here: make it as it was when recording, "
+                                       "or give the command after --") from exc
+        for copy in sandbox.copies:
+            relative = os.path.relpath(in_copy, copy.copy)
+            reason = next((why for path, why in left_out.get(str(copy.snapshot_id), [])
+                           if relative == path.rstrip("/")
+                           or relative.startswith(path.rstrip("/") + "/")), None)
+            if reason is not None and not relative.startswith(".."):
+                take = "--snapshot-binary" if reason == "binary" else "--snapshot-include PATTERN"
+                raise CommandNotFound(exe, f"the snapshot left it out ({reason}): record again "
+                                           f"with {take}, or give the command after --") from exc
+        raise CommandNotFound(exe, exc.reason) from exc
 
 
 async def _listen_replay(
@@ -630,6 +689,7 @@ async def _judge_replay(session: _Replay) -> None:
     learned = replayer.learned if session.policy.allow else None
     # The failed agent's stderr kept in the verdict is the redacted one.
     outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout, since, stderr,
+                         [redact_str(a, "argv", redactor.rules) for a in session.argv],
                          learned=learned)
     sandbox = session.sandbox
     notes = list(session.notes)

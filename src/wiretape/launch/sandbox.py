@@ -108,21 +108,56 @@ class Sandbox:
         """(sandbox copy, original path) pairs for same-path bind mounts."""
         return [(str(c.copy), str(c.original)) for c in self.copies]
 
-    def tool_binds(self) -> list[tuple[str, str]]:
+    def tool_folders(self) -> list[tuple[str, str]]:
         """(original folder, its place in the sandbox copy) for each folder
         at the top of a snapshotted tree that snapshots leave to the tools
-        that make them (``.venv``, ``node_modules``, ...: ``DEFAULT_EXCLUDES``).
-        Shown read-only at the original paths, the agent's interpreter and
-        packages are there in a replay as they were, and stay unwritten."""
-        pairs = []
+        that make them (``.venv``, ``node_modules``, ...: ``TOOL_FOLDERS``)
+        and that exists here."""
+        return [(str(c.original / name), str(c.copy / name))
+                for c in self.copies for name in sorted(TOOL_FOLDERS)
+                if (c.original / name).is_dir() and not (c.original / name).is_symlink()]
+
+    def tool_binds(self) -> list[tuple[str, str]]:
+        """:meth:`tool_folders`, each place made as a folder to bind the
+        original on. Shown read-only, the agent's interpreter and packages
+        are there in a replay as they were, and stay unwritten."""
+        pairs = self.tool_folders()
+        for _original, place in pairs:
+            os.makedirs(place, exist_ok=True)
+        return pairs
+
+    def link_tools(self) -> list[str]:
+        """Where the system cannot bind them read-only: each of
+        :meth:`tool_folders` linked at its place (a symbolic link to the
+        original, which the agent could write through). Returns the
+        originals linked."""
+        linked = []
+        for original, place in self.tool_folders():
+            if not os.path.lexists(place):
+                os.symlink(original, place, target_is_directory=True)
+                linked.append(original)
+        return linked
+
+    def on_host(self, path: str) -> str:
+        """Where a path in a sandbox copy is found on this machine: inside
+        a tool folder, in the original folder shown there; else itself."""
+        for c in self.copies:
+            for name in TOOL_FOLDERS:
+                place = str(c.copy / name)
+                if path == place or path.startswith(place + os.sep):
+                    return str(c.original / name) + path[len(place):]
+        return path
+
+    def left_out_folder(self, path: str) -> tuple[str, str] | None:
+        """(folder name, original folder) when a path in a sandbox copy lies
+        in a tool folder (``.venv``, ...) that does not exist here."""
         for c in self.copies:
             for name in sorted(TOOL_FOLDERS):
-                original = c.original / name
-                if original.is_dir() and not original.is_symlink():
-                    place = c.copy / name
-                    place.mkdir(exist_ok=True)
-                    pairs.append((str(original), str(place)))
-        return pairs
+                place = str(c.copy / name)
+                if (path == place or path.startswith(place + os.sep)) and not (
+                        c.original / name).is_dir():
+                    return name, str(c.original / name)
+        return None
 
     def _pairs(self) -> list[tuple[str, str]]:
         return sorted(((str(c.original), str(c.copy)) for c in self.copies),

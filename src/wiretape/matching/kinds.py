@@ -5,8 +5,11 @@ base64 ids, number) and the rule that applies them: grow the differing
 region to the token around it, on the recorded side and on the live side,
 and take the first recogniser whose token holds the region on both sides.
 Works on raw body bytes, so JSON escapes (``\\/``, ``\\\\``, ``\\n``) are
-seen as they crossed the wire. Knows nothing of JSON structure, HTTP, or
-how a span is reported.
+seen as they crossed the wire. One exception looks at structure: a JSON
+document carried in a string value (Claude Code's ``metadata.user_id`` is
+the text of ``{"device_id": ..., "session_id": ...}``) is decoded, and each
+value that differs inside it is classified on its own (:func:`embedded`).
+Knows nothing of HTTP, or of how a span is reported.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wiretape.matching.regions import Region
+from wiretape.matching.jsontree import Change, diff, parse, pointer
+from wiretape.matching.locate import ByteOffsets, locate
+from wiretape.matching.regions import Region, differing_region
 
 #: How far either side of a region a token is looked for.
 WINDOW = 256
@@ -54,11 +59,17 @@ class Recogniser:
 @dataclass(frozen=True)
 class Token:
     """A classified region: its kind and the token shown on each side
-    (None where the value is absent on that side)."""
+    (None where the value is absent on that side). ``inner`` is where it
+    lies inside a JSON document carried in a string value: ``#`` and an RFC
+    6901 pointer into that document (``#/session_id``; one ``#`` per level
+    when such a document holds another), appended to the string's own
+    pointer it reads ``/metadata/user_id#/session_id``, the form a URI
+    fragment gives a pointer (RFC 6901 §6). Empty elsewhere."""
 
     kind: SpanKind
     recorded: Range | None
     live: Range | None
+    inner: str = ""
 
 
 def _regex(pattern: bytes, accept: Callable[[bytes], bool] | None = None) -> Finder:
@@ -272,3 +283,141 @@ def classify(
         None if rec_range is None else _grow_to_words(recorded, *rec_range),
         None if live_range is None else _grow_to_words(live, *live_range),
     )
+
+
+# -- JSON documents carried in a string ----------------------------------------------------------
+
+#: A string value is looked into when it is at most this long as written,
+EMBEDDED_MAX = 256 * 1024
+#: and through at most this many documents nested in strings.
+EMBEDDED_DEPTH = 3
+#: Values that differ inside one such document, classified at most.
+EMBEDDED_VALUES = 20
+
+#: RFC 8259 §7: the two-character escapes, by the character after "\".
+_ESCAPES = {ord('"'): b'"', ord("\\"): b"\\", ord("/"): b"/", ord("b"): b"\b",
+            ord("f"): b"\f", ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t"}
+_HEX4 = re.compile(rb"[0-9A-Fa-f]{4}")
+#: A string literal whose text begins like a JSON object or array.
+_DOCUMENT_START = re.compile(rb'"(?:[ \t]|\\[ntr])*[{\[]')
+
+
+def _unicode_escape(text: bytes, i: int, stop: int) -> tuple[bytes, int] | None:
+    """The UTF-8 bytes of the ``\\uXXXX`` escape at ``i`` (with its low
+    surrogate when it is a pair) and the escape's length."""
+    if i + 6 > stop or not _HEX4.fullmatch(text, i + 2, i + 6):
+        return None
+    code, length = int(text[i + 2:i + 6], 16), 6
+    if (0xD800 <= code < 0xDC00 and i + 12 <= stop and text[i + 6:i + 8] == b"\\u"
+            and _HEX4.fullmatch(text, i + 8, i + 12)
+            and 0xDC00 <= (low := int(text[i + 8:i + 12], 16)) < 0xE000):
+        code, length = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00), 12
+    return chr(code).encode("utf-8", "surrogatepass"), length
+
+
+def _decoded(text: bytes, start: int, end: int) -> tuple[bytes, list[int]] | None:
+    """The JSON string literal ``text[start:end]`` (its quotes included)
+    decoded to UTF-8 bytes, and for each decoded byte the offset in
+    ``text`` of what it was written as (one more entry: the closing
+    quote). None when it is not one literal."""
+    if not (2 <= end - start <= EMBEDDED_MAX and text[start] == text[end - 1] == 0x22):
+        return None
+    out, where, i, stop = bytearray(), [], start + 1, end - 1
+    while i < stop:
+        if text[i] == 0x22:
+            return None  # a quote not escaped: this is no single string
+        if text[i] != 0x5C:
+            out.append(text[i])
+            where.append(i)
+            i += 1
+            continue
+        if i + 1 < stop and text[i + 1] != ord("u"):
+            simple = _ESCAPES.get(text[i + 1])
+            if simple is None:
+                return None
+            piece, length = simple, 2
+        else:
+            escape = _unicode_escape(text, i, stop)
+            if escape is None:
+                return None
+            piece, length = escape
+        out += piece
+        where.extend([i] * len(piece))
+        i += length
+    where.append(stop)
+    return bytes(out), where
+
+
+def _unquoted(text: bytes, start: int, end: int) -> Range:
+    """A string value's range without its quotes; another value's as it is."""
+    if end - start >= 2 and text[start] == text[end - 1] == 0x22:
+        return start + 1, end - 1
+    return start, end
+
+
+def embedded(recorded: bytes, live: bytes, value: Region,
+             depth: int = 0) -> list[tuple[Region, Token]] | None:
+    """When ``value`` is a string value on each side (its quotes included)
+    whose text is a JSON object or array, each value that differs inside
+    that document as (region in the bodies, its token): classified by the
+    recognisers on the decoded text, ``Token.inner`` its place inside.
+    None when ``value`` is not such a string on both sides, or nothing
+    inside differs (the texts differ only in spacing or escapes)."""
+    if not (_DOCUMENT_START.match(recorded, value.rec_start, value.rec_end)
+            and _DOCUMENT_START.match(live, value.live_start, value.live_end)):
+        return None
+    rec_side = _decoded(recorded, value.rec_start, value.rec_end)
+    live_side = _decoded(live, value.live_start, value.live_end)
+    if rec_side is None or live_side is None:
+        return None
+    (rec_text, rec_at), (live_text, live_at) = rec_side, live_side
+    rec_doc, live_doc = parse(rec_text), parse(live_text)
+    if rec_doc is None or live_doc is None:
+        return None
+    try:
+        changes = diff(rec_doc.value, live_doc.value)[:EMBEDDED_VALUES]
+    except RecursionError:
+        return None
+    rec_chars = locate(rec_doc.text, {c.recorded_path for c in changes})
+    live_chars = locate(live_doc.text, {c.live_path for c in changes})
+    rec_bytes, live_bytes = ByteOffsets(rec_doc.text), ByteOffsets(live_doc.text)
+
+    def outer(region: Region, token: Token, inner: str) -> tuple[Region, Token]:
+        """A region and token in the decoded texts, placed in the bodies."""
+        def place(at: list[int], r: Range | None) -> Range | None:
+            return None if r is None else (at[r[0]], at[r[1]])
+
+        return (Region(rec_at[region.rec_start], rec_at[region.rec_end],
+                       live_at[region.live_start], live_at[region.live_end]),
+                Token(token.kind, place(rec_at, token.recorded), place(live_at, token.live),
+                      inner + token.inner))
+
+    found: list[tuple[Region, Token]] = []
+    for change in changes:
+        rr, lr = rec_chars.get(change.recorded_path), live_chars.get(change.live_path)
+        if rr is None or lr is None:
+            continue
+        where = Region(rec_bytes(rr[0]), rec_bytes(rr[1]), live_bytes(lr[0]), live_bytes(lr[1]))
+        inner = "#" + pointer(change.path)
+        if change.change is Change.ADDED or change.change is Change.REMOVED:
+            added = change.change is Change.ADDED
+            region = (Region(where.rec_start, where.rec_start,
+                             *_unquoted(live_text, where.live_start, where.live_end))
+                      if added else
+                      Region(*_unquoted(rec_text, where.rec_start, where.rec_end),
+                             where.live_start, where.live_start))
+            token = classify(rec_text, live_text, region, recorded_absent=added,
+                             live_absent=not added)
+            found.append(outer(region, token, inner))
+            continue
+        nested = (embedded(rec_text, live_text, where, depth + 1)
+                  if depth + 1 < EMBEDDED_DEPTH and change.change is Change.CHANGED else None)
+        if nested is not None:
+            found.extend(outer(region, token, inner) for region, token in nested)
+            continue
+        region = differing_region(rec_text, live_text, where) or where
+        token = (Token(SpanKind.KEY_ORDER, (where.rec_start, where.rec_end),
+                       (where.live_start, where.live_end))
+                 if change.change is Change.KEY_ORDER else classify(rec_text, live_text, region))
+        found.append(outer(region, token, inner))
+    return found or None

@@ -27,7 +27,7 @@ from wiretape.matching.jsontree import (
     parse,
     pointer,
 )
-from wiretape.matching.kinds import SpanKind, Token, classify
+from wiretape.matching.kinds import SpanKind, Token, classify, embedded
 from wiretape.matching.locate import ByteOffsets, follow_shift, locate
 from wiretape.matching.regions import Region, differing_region, split, whitespace_regions
 from wiretape.matching.report import Span, ToolRef
@@ -237,6 +237,11 @@ class _JsonSpans:
                     self._element(self.rec_json.value, change.recorded_path),
                 )
             ]
+        # A JSON document carried in a string: each value inside that differs.
+        inside = embedded(a, b, where)
+        if inside is not None:
+            return [_text_span(a, b, r, token, offset=where.live_start,
+                               pointer=here + token.inner, tool=tool) for r, token in inside]
         # A long string that differs all through splits into many regions:
         # only those that can still be listed are classified.
         regions = split(a, b, _differing(a, b, where), refine=room)

@@ -227,6 +227,9 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
     if exit_status.get("same") is False or exit_status.get("stderr"):
         lines.append(style(f"exit status: recorded {exit_status.get('recorded')}, replay "
                            f"{exit_status.get('replayed')}", fg="yellow", bold=True))
+        if exit_status.get("command"):
+            lines.append(f"  the agent exited with status {exit_status.get('replayed')}: "
+                         + _clip(exit_status["command"], 200))
         said = exit_status.get("stderr", [])
         if said:
             lines.append("  the agent's stderr:")

@@ -32,8 +32,8 @@ _META_AS_IS = frozenset({"run_id", "wiretape_version", "started_at_ns", "ended_a
 #: Meta keys holding bytes as latin-1 text.
 _META_BYTES = {"stdout": "stdout", "stderr": "stderr"}
 #: What each other meta key is called as a place.
-_META_PLACES = {"argv": "argv", "env_names": "env-names", "connect": "connect",
-                "extra": "extra"}
+_META_PLACES = {"argv": "argv", "env_names": "env-names", "credential_env": "env-names",
+                "connect": "connect", "extra": "extra"}
 _KNOWN_TABLES = frozenset({"meta", "origins", "blobs", "exchanges", "frames", "redactions",
                            "replays", "replay_requests", "snapshots", "snapshot_entries",
                            "outcome_changes"})

@@ -347,6 +347,11 @@ class RunFile:
         """Mark the run as recorded with TLS interception of ``hosts``."""
         self._set_meta({"intercept": list(hosts)})
 
+    def set_credential_env(self, names: Sequence[str]) -> None:
+        """The names of the variables that carried the agent's credentials
+        (RunInfo.credential_env); never their values."""
+        self._set_meta({"credential_env": list(names)})
+
     def set_connect_report(self, report: ConnectReportJSON) -> None:
         """What the forward proxy saw (ConnectReport.to_json): intercepted
         hosts, tunnels (host, port, byte counts), rejected certificates."""
@@ -412,6 +417,8 @@ class RunFile:
             extra=meta.get("extra", {}),
             intercept=tuple(meta.get("intercept", ())),
             allow=tuple(name for name in meta.get("allow", ()) if name in _ALLOWANCES),
+            credential_env=tuple(shapes.variable_name(name, "metadata 'credential_env'")
+                                 for name in meta.get("credential_env", ())),
         )
 
     # -- exchanges ---------------------------------------------------------
@@ -831,6 +838,7 @@ def _info_meta(info: RunInfo) -> RunMeta:
         "mode": info.mode,
         "extra": info.extra,
         **({"allow": list(info.allow)} if info.allow else {}),
+        "credential_env": list(info.credential_env),
     }
 
 

@@ -72,6 +72,16 @@ def optional_blob(value: object, what: str) -> bytes | None:
     return None if value is None else blob(value, what)
 
 
+def variable_name(value: object, what: str) -> str:
+    """An environment variable's name: letters, digits and ``_``, not
+    starting with a digit, at most 128 characters."""
+    name = text(value, what)
+    if not (0 < len(name) <= 128 and (name[0].isalpha() or name[0] == "_") and name.isascii()
+            and all(c.isalnum() or c == "_" for c in name)):
+        raise StoredValueError(f"{what} holds {name[:40]!r}, which is not a variable's name")
+    return name
+
+
 def one_of(value: object, allowed: Sequence[str], what: str) -> str:
     if not isinstance(value, str) or value not in allowed:
         shown = repr(value) if isinstance(value, str) else kind(value)
