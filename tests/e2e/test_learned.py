@@ -127,7 +127,7 @@ def test_allowances_recorded_with_the_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("files", "args", "message"), [
     ({}, ("--allow", "ids,uuids"),
      "wiretape: error: unknown allowance 'uuids' in --allow: expected some of ids, clock, "
-     "key-order, paths"),
+     "key-order, durations, paths"),
     ({"wiretape.toml": "allow = [ids"}, (), "wiretape.toml is not valid TOML"),
     ({"pyproject.toml": '[tool.wiretape]\nallow = "ids"\n'}, (),
      "allow in [tool.wiretape] of "),
