@@ -5,13 +5,13 @@ functionCall part then text, countTokens, and errors in Google's shape."""
 from __future__ import annotations
 
 import json
-import socket
 from typing import Any
 
 import pytest
 from google import genai
 from google.genai import errors, types
 
+from support.sockets import raw_exchange
 from wiretape.testing import FakeProvider, TextTurn, ToolCall, ToolCallTurn
 
 READ = ToolCall("read_file", {"file_path": "notes.txt"})
@@ -27,25 +27,7 @@ def client(fp: FakeProvider) -> genai.Client:
 
 def post(fp: FakeProvider, path: str, body: Any) -> tuple[bytes, list[bytes]]:
     """POST over a bare socket; the response head and its body chunks as framed."""
-    payload = json.dumps(body).encode()
-    with socket.create_connection(("127.0.0.1", fp.port)) as sock:
-        sock.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                     b"application/json\r\nConnection: close\r\nContent-Length: "
-                     + str(len(payload)).encode() + b"\r\n\r\n" + payload)
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
-    if b"transfer-encoding: chunked" not in head.lower():
-        return head, [rest]
-    chunks: list[bytes] = []
-    while True:
-        size_line, _, rest = rest.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            return head, chunks
-        chunks.append(rest[:size])
-        rest = rest[size + 2:]
+    return raw_exchange(fp.url, path, body)
 
 
 def test_stream_function_call_then_text() -> None:
