@@ -51,6 +51,7 @@ from wiretape.scrub.places import (
     redact_info,
     rules_redactor,
     secrets_file_values,
+    stored_secrets_values,
     unique,
 )
 from wiretape.snapshot.tree import (
@@ -311,11 +312,13 @@ async def _prepare_record(
                     | own_output_files())
     taken = take_snapshots(roots, exclude=store_paths(path) | own_output_files(),
                            max_bytes=snapshot_max, policy=snapshot_policy)
-    # The values of secret-named variables and of the secrets files left
-    # out are secrets wherever else they turn up.
+    # The values of secret-named variables and of the secrets files, left
+    # out or taken on request (--snapshot-include .env), are secrets
+    # wherever else they turn up (and in the snapshot's copy of the file).
     rules = STANDARD.with_literals(
         [*secret_values(os.environ),
-         *(value for root, _, left in taken for value in secrets_file_values(root, left))])
+         *(value for root, _, left in taken for value in secrets_file_values(root, left)),
+         *(value for _, entries, _ in taken for value in stored_secrets_values(entries))])
     facts = Facts()
     redact = rules_redactor(rules, facts)
     taken = [(root, redact_entries(entries, redact), left) for root, entries, left in taken]

@@ -22,13 +22,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wiretape.errors import RunFileError
 from wiretape.matching import correspond
 from wiretape.matching.correspond import Learned
 from wiretape.matching.volatile import VolatileComparison, compare_volatile, equal_up_to
 from wiretape.model import FileDifference, FilesFacet, FileSides, FileVolatile
 from wiretape.playback.decide import Substitution
-from wiretape.snapshot.restore import restore
+from wiretape.snapshot.restore import check_roots, restore
 from wiretape.snapshot.tree import (
     DEFAULT_EXCLUDES,
     LEGACY,
@@ -83,9 +82,8 @@ class Sandbox:
         RunFileError for unsafe entries (the directory is removed). What
         the snapshots left out is not there, and is not looked at after
         the agent ran either (``policy``)."""
-        home_path = _recorded_root(home, source, "home directory") if home else None
-        for _, original, _ in snapshots:
-            _recorded_root(original, source, "snapshot root")
+        home_path = _home(home)
+        check_roots([original for _, original, _ in snapshots], source)
         root = Path(tempfile.mkdtemp(prefix=PREFIX))
         box = cls(root, policy=policy)
         try:
@@ -251,15 +249,12 @@ def _remove_tree(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _recorded_root(value: str, source: Path, what: str) -> Path:
-    """A path the run file names as a tree's original place: it must be
-    absolute and normalised (no ``..``, ``.`` or doubled ``/``), so that where
-    it is restored is decided by the sandbox alone. Raises RunFileError."""
-    if (not value.startswith("/") or "\x00" in value
-            or posixpath.normpath(value) != value):
-        raise RunFileError(source, f"it names an unsafe {what} {value!r} (not an absolute, "
-                                   "normalised path): it is not a run wiretape wrote")
-    return Path(value)
+def _home(value: str | None) -> Path | None:
+    """This user's home directory, when it is an absolute path a tree can
+    lie under (a snapshot under it keeps its place under a sandbox home)."""
+    if not value or not value.startswith("/"):
+        return None
+    return Path(posixpath.normpath(value))
 
 
 def _is_under(path: Path, parent: Path) -> bool:
