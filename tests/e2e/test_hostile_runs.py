@@ -11,6 +11,7 @@ would hand-edit one."""
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import subprocess
 import sys
@@ -410,3 +411,44 @@ def test_scrub_of_a_run_on_a_read_only_mount_says_so_in_one_line(
     assert done.returncode == 4, done.stderr
     assert done.stderr.strip() == (f"wiretape: error: cannot write run file {copy}: "
                                    "read-only file system"), done.stderr
+
+
+# --- printing what a run holds ------------------------------------------------------------------
+
+CONTROL = ("\x1b", "\x07", "\x9b", "\r")
+
+
+def test_terminal_control_codes_from_a_run_are_printed_as_text(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                ) -> None:
+    """A response and an argument holding escape sequences (a window title,
+    a C1 CSI, a carriage return, a newline): ``show``, ``show --exchange``,
+    ``ls`` and a replay's verdict print them as ``\\x1b`` text, and the
+    ``ls`` table keeps one line per run."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    run = tmp_path / ".wiretape" / "runs" / "run_0123456789ab.wtape"
+    argument = "X=\x1b]0;ARGV\x07g\nx\ry"
+    with FakeProvider([TextTurn("\x1b]0;PWNED\x07 hi\x9b2J\nline2")]) as fp:
+        done = wiretape("record", "-o", str(run), "--no-snapshot", "--upstream",
+                        f"openai={fp.url}/v1", "--", "env", argument, sys.executable,
+                        str(AGENT), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    outputs = {}
+    for command in (["show", str(run)], ["show", str(run), "--exchange", "0"],
+                    ["show", str(run), "--json"], ["ls"]):
+        shown = wiretape(*command, cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        outputs[" ".join(command[:1] + command[2:])] = shown.stdout + shown.stderr
+    replayed = wiretape("replay", str(run), "--", sys.executable, "-c", "print('other')",
+                        cwd=tmp_path)
+    assert replayed.returncode == 3, replayed.stderr  # its exchange unused
+    outputs["replay"] = replayed.stderr
+    for name, text in outputs.items():
+        assert not [c for c in CONTROL if c in text], (name, text)
+    assert "\\x1b]0;PWNED\\x07 hi\\x9b2J" in outputs["show --exchange 0"]
+    assert "\\x1b]0;PWNED\\x07 hi\\x9b2J" in outputs["show"]
+    assert "X=\\x1b]0;ARGV\\x07g\\nx\\ry" in outputs["show"]
+    assert "\\x1b]0;PWNED\\x07 hi\\x9b2J" in outputs["replay"]
+    assert json.loads(outputs["show --json"])["argv"][1] == argument
+    table = outputs["ls"].strip().splitlines()
+    assert len(table) == 2 and "env 'X=\\x1b]0;ARGV\\x07g\\nx" in table[1], table

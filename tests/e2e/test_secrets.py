@@ -198,7 +198,7 @@ def test_scrub_replaces_a_value_everywhere_and_the_replay_still_matches(tmp_path
     assert scrubbed.returncode == 0, scrubbed.stderr
     report = json.loads(scrubbed.stdout)
     assert report["counts"] == {"request bodies": 1, "response bodies": 1, "stdout": 1}
-    assert "3 replacement(s)" in scrubbed.stderr
+    assert "3 replacements (" in scrubbed.stderr
     assert_nowhere(run, [GREETING.encode()])
     assert not list(tmp_path.glob(".env.wtape.scrub-*"))  # the temporary file is gone
     scan = wiretape("scan", str(run), "--match", GREETING, cwd=tmp_path)

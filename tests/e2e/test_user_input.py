@@ -191,16 +191,24 @@ def test_ls_lists_the_good_runs_and_names_each_damaged_one_in_a_line(
     done = wiretape("ls", cwd=tmp_path, WIRETAPE_HOME=str(tmp_path / "store"))
     err = no_traceback(done)
     assert done.returncode == 0
-    skipped = [line for line in err.splitlines() if line.startswith("wiretape: skipping ")]
+    skipped = [line for line in err.splitlines() if line.startswith("wiretape: skipped: ")]
     assert len(skipped) == len(DAMAGE), err
     for path in damaged:
         assert sum(str(path) in line for line in skipped) == 1, (path, err)
+        # named once in its line
+        assert [line.count(str(path)) for line in skipped if str(path) in line] == [1], err
     listed = done.stdout.decode().splitlines()
     assert listed[0].split() == ["run", "when", "command", "exchanges", "exit", "last",
                                  "verdict"]
     [row] = listed[1:]
     # The good run: its exit status and its latest verdict with the verdict's exit code.
     assert row.split()[-5:] == ["1", "0", "pass", "(exit", "0)"], row
+    # Only damaged runs left: none is readable, which is not "no runs".
+    (runs / "run_000000000001.wtape").unlink()
+    done = wiretape("ls", cwd=tmp_path, WIRETAPE_HOME=str(tmp_path / "store"))
+    no_traceback(done)
+    assert done.stdout.decode().strip() == (
+        f"no readable runs under {runs} ({len(DAMAGE)} skipped: see above)"), done.stdout
 
 
 def test_check_reports_a_damaged_run_on_its_own_line_and_still_writes_junit(

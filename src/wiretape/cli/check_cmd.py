@@ -56,8 +56,8 @@ def row(result: CheckResult) -> list[str]:
     counts = ["-"] * 7 if v is None else [
         str(n) for n in (v.recorded, v.exact, v.substituted, v.equivalent, v.diverged, v.missing,
                          v.unused)]
-    return [display(result.path), result.status.value.upper(), *counts, outcome_text(result),
-            f"{result.duration_s:.1f} s"]
+    return [render.printable(display(result.path)), result.status.value.upper(), *counts,
+            outcome_text(result), f"{result.duration_s:.1f} s"]
 
 
 def describe(result: CheckResult) -> tuple[str, str]:
@@ -72,7 +72,7 @@ def describe(result: CheckResult) -> tuple[str, str]:
 
 
 def progress_line(result: CheckResult, done: int, total: int) -> str:
-    tail = f": {result.error}" if result.error else ""
+    tail = f": {render.printable(result.error)}" if result.error else ""
     return (f"wiretape check: [{done}/{total}] {result.status.value.upper()} "
             f"{display(result.path)} ({result.duration_s:.1f} s){tail}")
 
@@ -144,8 +144,8 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
                    "another host; replaying runs their "
                    "recorded commands, against files restored from the runs:", err=True)
         for elsewhere in strangers:
-            click.echo(f"  {elsewhere.run_id} (recorded {elsewhere.who()}): "
-                       f"{render.command_line(elsewhere.argv)}", err=True)
+            click.echo(render.printable(f"  {elsewhere.run_id} (recorded {elsewhere.who()}): ")
+                       + render.command_line(elsewhere.argv), err=True)
         return click.confirm("Run these commands?", default=False, err=True)
 
     results = asyncio.run(check_runs(runs, jobs=workers, free_ports=free_ports,
@@ -158,14 +158,15 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
         if result.status in (Status.PASS, Status.SKIP):
             continue
         click.echo("")
-        click.echo(click.style(f"--- {display(result.path)}"
-                               f"{f' ({result.run_id})' if result.run_id else ''}", bold=True))
+        click.echo(click.style(render.printable(
+            f"--- {display(result.path)}{f' ({result.run_id})' if result.run_id else ''}"),
+            bold=True))
         if result.verdict is None:
-            click.echo(f"wiretape: error: {result.error}")
+            click.echo(f"wiretape: error: {render.printable(result.error or '')}")
             continue
         click.echo(render.verdict_line(result.verdict))
         if result.error:
-            click.echo(f"wiretape: {result.error}")
+            click.echo(f"wiretape: {render.printable(result.error)}")
         for line in render.verdict_details(result.verdict):
             click.echo(line)
     if junit_path is not None:
@@ -175,7 +176,8 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
                                           name_of=lambda r: display(r.path), describe=describe))
     count = {status: sum(1 for r in results if r.status is status) for status in Status}
     skipped = f", {count[Status.SKIP]} skipped (no command)" if count[Status.SKIP] else ""
-    click.echo(f"\nwiretape check: {len(results)} runs: {count[Status.PASS]} passed, "
+    click.echo(f"\nwiretape check: {len(results)} run{'s' if len(results) != 1 else ''}: "
+               f"{count[Status.PASS]} passed, "
                f"{count[Status.FAIL]} failed, {count[Status.ERROR]} could not be replayed"
                f"{skipped}, in {duration:.1f} s"
                + (f"; JUnit XML in {junit_path}" if junit_path is not None else ""))
