@@ -261,3 +261,41 @@ def test_a_file_that_cannot_be_written_is_one_line_and_leaves_nothing(
         assert done.returncode == 2, err
         assert err.splitlines()[-1].startswith("wiretape: error: cannot write a-file/out."), err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+@pytest.mark.parametrize("command", [["replay"], ["show"], ["verdict"], ["report"],
+                                     ["export", "--har", "x.har"], ["scrub"]])
+def test_a_folder_or_a_fifo_given_as_a_run_says_what_it_is(tmp_path: Path,
+                                                             command: list[str]) -> None:
+    (tmp_path / "runs").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    for ref, said in (("runs", "runs is a folder, not a run file: give a .wtape file or a run "
+                               "id"),
+                      ("pipe", "pipe is not a regular file: give a .wtape file or a run id")):
+        done = wiretape(command[0], ref, *command[1:], cwd=tmp_path)
+        err = no_traceback(done)
+        assert done.returncode == 2, err
+        assert err.strip().splitlines() == [
+            f"wiretape: error: {said} (list runs with `wiretape ls`)"], err
+    done = wiretape("scan", "runs", cwd=tmp_path)
+    assert done.returncode == 2
+    assert no_traceback(done).strip() == ("wiretape: error: no run files (*.wtape) in runs: "
+                                          "give run files, run ids or folders that hold run "
+                                          "files")
+
+
+@pytest.mark.parametrize(("version", "said"), [(0, "missing (0)"), (-1, "invalid (-1)")])
+def test_a_run_without_its_schema_version_says_so(good_run: tuple[Path, Path], tmp_path: Path,
+                                                   version: int, said: str) -> None:
+    _, run = good_run
+    copy = tmp_path / "copy.wtape"
+    copy.write_bytes(run.read_bytes())
+    db = sqlite3.connect(copy)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.close()
+    done = wiretape("show", str(copy), cwd=tmp_path)
+    assert done.returncode == 2
+    assert no_traceback(done).strip() == (
+        f"wiretape: error: cannot read run file {copy}: it holds a run's tables but its schema "
+        f"version is {said}: it was edited or damaged, and is not read (record the run again, "
+        "or ask its author for the original)")

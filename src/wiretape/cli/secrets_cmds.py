@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from wiretape.cli.render import printable
-from wiretape.errors import WiretapeError
+from wiretape.errors import UsageError, WiretapeError
 
 if TYPE_CHECKING:
     from wiretape.scrub.runs import ScrubReport
@@ -37,13 +37,17 @@ def _where(location: str) -> str:
 
 
 def _runs(refs: tuple[str, ...]) -> list[str]:
-    """Run ids and files as given; a folder: every run file under it."""
+    """Run ids and files as given; a folder: every run file under it.
+    Raises UsageError for a folder that holds none."""
     out = []
     for ref in refs:
         folder = Path(ref)
         if folder.is_dir():
             found = sorted(str(p) for p in folder.rglob("*.wtape") if p.is_file())
-            out.extend(found or [ref])
+            if not found:
+                raise UsageError(f"no run files (*.wtape) in {ref}: give run files, run ids or "
+                                 "folders that hold run files")
+            out.extend(found)
         else:
             out.append(ref)
     return out
