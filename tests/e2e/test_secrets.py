@@ -177,6 +177,11 @@ def test_gzip_bodies_both_ways_are_redacted_decoded_and_replay_exactly(tmp_path:
     assert "stored it next to <redacted" in replay.stdout
     assert ANSWERED not in replay.stdout
     assert_nowhere(run, secrets)
+    # show reads a gzip request decoded: its model and messages, not "N bytes".
+    shown = wiretape("show", str(run), "--exchange", "0", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "request (openai-chat): model gpt-4o-mini, 1 message" in shown.stdout, shown.stdout
+    assert "[user] my key <redacted" in shown.stdout and "not JSON" not in shown.stdout
 
 
 # -- scrub and scan -------------------------------------------------------------------------------
