@@ -123,6 +123,9 @@ def record_summary(result: RecordResult) -> list[str]:
         f"{'s' if result.exchanges != 1 else ''}, {human_bytes(result.body_bytes)}, "
         f"{result.duration_s:.1f} s -> {result.path}"
     ]
+    if result.made_folder is not None:
+        lines.append(f"wiretape: made the folder {printable(str(result.made_folder))} for the "
+                     "run file (it did not exist)")
     if result.refused:
         counts: dict[tuple[int, str], int] = {}
         for key in result.refused:
