@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -452,3 +453,29 @@ def test_terminal_control_codes_from_a_run_are_printed_as_text(tmp_path: Path,
     assert json.loads(outputs["show --json"])["argv"][1] == argument
     table = outputs["ls"].strip().splitlines()
     assert len(table) == 2 and "env 'X=\\x1b]0;ARGV\\x07g\\nx" in table[1], table
+
+
+def test_a_snapshot_over_a_folder_on_the_users_path_is_refused_at_the_original_paths(
+        hostile: tuple[Path, Path], tmp_path: Path) -> None:
+    """The project folder is on PATH and the run's snapshot holds a ``true``
+    of its own: shown at the original paths it would be the ``true`` the
+    user's command runs. Refused in one line that names the way out;
+    mapped paths (which shadow nothing) replay."""
+    project, run = hostile
+    marker = tmp_path / "the-run-s-code-ran"
+    add_entry(run, "true", "file", mode=0o755,
+              data=f"#!/bin/sh\necho pwned > {marker}\n".encode())
+    env = {**os.environ, "PATH": f"{project}{os.pathsep}{os.environ['PATH']}"}
+
+    def replay(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "wiretape", "replay", str(run), *options,
+                               "--", "true"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=90, stdin=subprocess.DEVNULL, env=env)
+
+    done = replay()
+    one_line(done, run, f"the snapshot root {project} of run file", "a folder on your PATH",
+             "--no-same-paths")
+    assert not marker.exists()
+    mapped = replay("--no-same-paths")
+    assert mapped.returncode in (0, 1, 3), mapped.stderr
+    assert not marker.exists()

@@ -282,3 +282,14 @@ def test_left_out_paths_are_never_changes(tmp_path: Path) -> None:
     restored = {p: e for p, e in before.items() if not e.left_out}
     sandbox = {p: e for p, e in after.items() if p != "image.png"}
     assert {c.path: c.change for c in compare(restored, sandbox)} == {"new.bin": "added"}
+
+
+def test_a_copy_shown_over_a_folder_on_path_is_found_but_a_tool_folder_is_not() -> None:
+    from wiretape.launch.sandbox import Copy, shadowed
+
+    copies = [Copy(1, Path("/home/me/project"), Path("/tmp/box/0-project"), ())]
+    path = os.pathsep.join(["/home/me/project/.venv/bin", "/usr/bin", "relative/bin",
+                            "/home/me/project/bin", "/home/me/project/./scripts/",
+                            "/home/me/projects/bin"])
+    assert shadowed(copies, path) == [(Path("/home/me/project"), "/home/me/project/bin"),
+                                      (Path("/home/me/project"), "/home/me/project/./scripts/")]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wiretape.errors import UsageError
 from wiretape.matching import correspond
 from wiretape.matching.correspond import Learned
 from wiretape.matching.volatile import VolatileComparison, compare_volatile, equal_up_to
@@ -72,6 +73,8 @@ class Sandbox:
     home: Path | None = None
     #: what the recording's snapshots took: the agent's changes are read the same way
     policy: SnapshotPolicy = LEGACY
+    #: the run file the snapshots came from (named in messages)
+    source: Path | None = None
     _after: dict[int, dict[str, Entry]] = field(default_factory=dict)
 
     @classmethod
@@ -85,7 +88,7 @@ class Sandbox:
         home_path = _home(home)
         check_roots([original for _, original, _ in snapshots], source)
         root = Path(tempfile.mkdtemp(prefix=PREFIX))
-        box = cls(root, policy=policy)
+        box = cls(root, policy=policy, source=source)
         try:
             (root / PID_FILE).write_text(_process_mark(os.getpid()) or str(os.getpid()))
             for index, (snapshot_id, original, entries) in enumerate(snapshots):
@@ -102,8 +105,18 @@ class Sandbox:
             raise
         return box
 
-    def binds(self) -> list[tuple[str, str]]:
-        """(sandbox copy, original path) pairs for same-path bind mounts."""
+    def binds(self, path: str | None = None) -> list[tuple[str, str]]:
+        """(sandbox copy, original path) pairs for same-path bind mounts.
+        Raises UsageError when a copy would cover a folder on ``path``
+        (default: this process's ``PATH``): the run's files would stand in
+        for the user's programs there."""
+        for original, folder in shadowed(self.copies, os.environ.get("PATH", "")
+                                         if path is None else path):
+            raise UsageError(
+                f"the snapshot root {original} of run file {self.source} holds {folder}, a "
+                "folder on your PATH: a replay at the original paths would run the run's files "
+                "in place of your programs there; replay with --no-same-paths (or without that "
+                "folder on PATH)")
         return [(str(c.copy), str(c.original)) for c in self.copies]
 
     def tool_binds(self) -> list[tuple[str, str]]:
@@ -247,6 +260,24 @@ def _remove_tree(root: Path) -> None:
                 with contextlib.suppress(OSError):
                     os.chmod(path, stat.S_IRWXU)
     shutil.rmtree(root, ignore_errors=True)
+
+
+def shadowed(copies: Sequence[Copy], path: str) -> list[tuple[Path, str]]:
+    """(snapshot root, folder) for each folder of ``path`` (a ``PATH``
+    value) that a copy shown at its root would cover; folders the tools
+    keep (``.venv/bin``: shown as they are, read-only) do not count."""
+    out = []
+    for folder in path.split(os.pathsep):
+        if not folder.startswith("/"):
+            continue
+        # As written, and as the system resolves it (a link to a folder).
+        for place in {Path(posixpath.normpath(folder)), Path(os.path.realpath(folder))}:
+            for c in copies:
+                if place == c.original or _is_under(place, c.original):
+                    rel = place.relative_to(c.original).parts
+                    if not (rel and rel[0] in TOOL_FOLDERS) and (c.original, folder) not in out:
+                        out.append((c.original, folder))
+    return out
 
 
 def _home(value: str | None) -> Path | None:
