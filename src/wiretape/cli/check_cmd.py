@@ -107,8 +107,10 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
     skipped: their own tests replay them. Runs recorded by another user or
     on another host run their recorded command only with --yes (or after
     a yes on a terminal); without it each fails with a line saying so. A
-    run file that cannot be read fails on its own line. Exit status: 0
-    every run passes; 1 any run fails or cannot be replayed; 2 usage error.
+    run file that cannot be read fails on its own line. SIGTERM or Ctrl-C
+    stops every replay (and its agent) and removes the copies. Exit status:
+    0 every run passes; 1 any run fails or cannot be replayed; 2 usage
+    error; 143/130 stopped by SIGTERM/SIGINT.
 
     \b
     Example:
