@@ -306,35 +306,41 @@ def add_entry(run: Path, path: str, kind: str, *, data: bytes = b"", link: str =
 def test_a_snapshot_over_a_system_folder_never_stands_in_for_the_users_programs(
         hostile: tuple[Path, Path], tmp_path: Path) -> None:
     """A root of /usr/local/bin holding a ``true`` of its own: in a
-    same-paths replay it would be the ``true`` the user's own command runs."""
+    same-paths replay it would be the ``true`` the user's own command runs.
+    Refused in one line naming the way out; mapped paths cover nothing."""
     _, run = hostile
     marker = tmp_path / "the-run-s-code-ran"
     alter(run, "UPDATE snapshots SET root = '/usr/local/bin'")
     add_entry(run, "true", "file", mode=0o755,
               data=f"#!/bin/sh\necho pwned > {marker}\n".encode())
     done = wiretape("replay", str(run), "--", "true", cwd=tmp_path)
-    line = one_line(done, run, "'/usr/local/bin' is a system folder",
-                    "record the run again, or ask its author for the original")
-    assert "sandbox" not in line
+    line = one_line(done, run, "its snapshot root /usr/local/bin is a system folder",
+                    "replay with --no-same-paths")
+    assert "/tmp/wiretape-sandbox" not in line
     assert not marker.exists()
     assert not (tmp_path / "state").exists()
+    mapped = wiretape("replay", str(run), "--no-same-paths", "--", "true", cwd=tmp_path)
+    assert mapped.returncode in (1, 3), mapped.stderr  # the user's own true ran
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize(("roots", "said"), [
-    (["/"], "its snapshot root '/' is the root folder"),
-    (["/etc"], "'/etc' is a system folder"),
-    (["/var/lib/wiretape-test"], "'/var/lib/wiretape-test' is a system folder"),
-    (["{project}", "{project}"], "names the snapshot root '{project}' twice"),
+    (["/"], ("its snapshot root is the root folder '/'", "record the run again")),
+    (["/etc"], ("its snapshot root /etc is a system folder", "--no-same-paths")),
+    (["/var/lib/wiretape-test"], ("/var/lib/wiretape-test is a system folder",
+                                  "--no-same-paths")),
+    (["{project}", "{project}"], ("names the snapshot root '{project}' twice",
+                                  "record the run again")),
 ])
 def test_a_root_that_is_no_place_for_a_snapshot_is_refused(
-        hostile: tuple[Path, Path], tmp_path: Path, roots: list[str], said: str) -> None:
+        hostile: tuple[Path, Path], tmp_path: Path, roots: list[str],
+        said: tuple[str, str]) -> None:
     project, run = hostile
     alter(run, "UPDATE snapshots SET root = ?", params=(roots[0].format(project=project),))
     for root in roots[1:]:
         alter(run, "INSERT INTO snapshots (root, taken_at_ns, files, bytes) VALUES (?, 0, 0, 0)",
               params=(root.format(project=project),))
-    replay_refused(project, run, tmp_path, said.format(project=project),
-                   "record the run again")
+    replay_refused(project, run, tmp_path, *(words.format(project=project) for words in said))
 
 
 def test_two_links_that_escape_only_together_are_refused(

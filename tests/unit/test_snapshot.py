@@ -11,7 +11,7 @@ import pytest
 
 from wiretape.errors import RunFileError, UsageError
 from wiretape.launch.sandbox import files_facet
-from wiretape.snapshot.restore import check_entries, check_roots, restore
+from wiretape.snapshot.restore import check_entries, check_roots, restore, system_folder
 from wiretape.snapshot.tree import (
     DEFAULT_POLICY,
     LEGACY,
@@ -151,19 +151,20 @@ def test_links_that_stay_inside_through_each_other_are_kept(
 
 @pytest.mark.parametrize("root", ["/home/me/project", "/tmp/x", "/var/tmp", "/var/tmp/x",
                                   "/root/.nanobot", "/usrlocal", "/opt/agent", "/srv/x"])
-def test_a_root_of_a_users_tree_is_accepted(tmp_path: Path, root: str) -> None:
+def test_a_root_of_a_users_tree_is_no_system_folder(tmp_path: Path, root: str) -> None:
     check_roots([root], tmp_path / "r.wtape")
+    assert not system_folder(root)
+
+
+@pytest.mark.parametrize("root", ["/usr/local/bin", "/usr", "/etc", "/var", "/var/lib/docker",
+                                  "/lib64", "/proc/self", "/bin", "/sys/fs", "/run/user/0"])
+def test_a_system_folder_is_one_for_a_same_paths_replay(tmp_path: Path, root: str) -> None:
+    check_roots([root], tmp_path / "r.wtape")  # a mapped replay may restore it elsewhere
+    assert system_folder(root)
 
 
 @pytest.mark.parametrize(("roots", "said"), [
     (["/"], "is the root folder"),
-    (["/usr/local/bin"], "is a system folder"),
-    (["/usr"], "is a system folder"),
-    (["/etc"], "is a system folder"),
-    (["/var"], "is a system folder"),
-    (["/var/lib/docker"], "is a system folder"),
-    (["/lib64"], "is a system folder"),
-    (["/proc/self"], "is a system folder"),
     (["/home/me/p", "/home/me/q", "/home/me/p"], "names the snapshot root '/home/me/p' twice"),
     (["/home/me/../../etc"], "not an absolute, normalised path"),
     (["relative"], "not an absolute, normalised path"),

@@ -28,7 +28,7 @@ from wiretape.matching.correspond import Learned
 from wiretape.matching.volatile import VolatileComparison, compare_volatile, equal_up_to
 from wiretape.model import FileDifference, FilesFacet, FileSides, FileVolatile
 from wiretape.playback.decide import Substitution
-from wiretape.snapshot.restore import check_roots, restore
+from wiretape.snapshot.restore import check_roots, restore, system_folder
 from wiretape.snapshot.tree import (
     DEFAULT_EXCLUDES,
     LEGACY,
@@ -107,9 +107,17 @@ class Sandbox:
 
     def binds(self, path: str | None = None) -> list[tuple[str, str]]:
         """(sandbox copy, original path) pairs for same-path bind mounts.
-        Raises UsageError when a copy would cover a folder on ``path``
+        Raises UsageError when a copy would cover a system folder
+        (``snapshot.restore.system_folder``) or a folder on ``path``
         (default: this process's ``PATH``): the run's files would stand in
-        for the user's programs there."""
+        for the system's or the user's programs there."""
+        for c in self.copies:
+            if system_folder(str(c.original)):
+                raise UsageError(
+                    f"run file {self.source}: its snapshot root {c.original} is a system "
+                    "folder: shown at the original paths, the run's files would stand in for "
+                    "the system's own there; replay with --no-same-paths (the snapshot is then "
+                    "restored elsewhere)")
         for original, folder in shadowed(self.copies, os.environ.get("PATH", "")
                                          if path is None else path):
             raise UsageError(

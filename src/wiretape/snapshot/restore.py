@@ -8,8 +8,9 @@ must not lead through a symbolic link; links are created last, as links,
 and never written through, and a link must resolve inside the restored
 tree, following the links already in it (else the agent could write
 through it to a file of the user's). A snapshot's root (where the copy is
-shown in a same-paths replay) must be an absolute, normalised path that is
-neither ``/`` nor a system folder, and given once. Modes keep their
+shown in a same-paths replay) must be an absolute, normalised path other
+than ``/``, given once; :func:`system_folder` says where a same-paths
+replay must not show one. Modes keep their
 permission bits only (no setuid, setgid or sticky bit). Nothing is written
 outside ``into``. Knows nothing of run files.
 """
@@ -57,21 +58,26 @@ def _under(path: str, folder: str) -> bool:
 def check_root(value: str, source: Path, what: str = "snapshot root") -> Path:
     """A path the run file names as a tree's original place: absolute and
     normalised (no ``..``, ``.`` or doubled ``/``), so that where it is
-    restored is decided by the sandbox alone, and not ``/`` or a system
-    folder. Raises RunFileError naming ``source``."""
+    restored is decided by the sandbox alone, and not ``/``. Raises
+    RunFileError naming ``source``."""
     if (not value.startswith("/") or "\x00" in value
             or posixpath.normpath(value) != value):
         raise _refused(source, f"it names an unsafe {what} {value!r} (not an absolute, "
                                "normalised path): it is not a run wiretape wrote")
-    if value == "/" or (any(_under(value, f) for f in SYSTEM_FOLDERS)
-                        and not any(_under(value, f) for f in SYSTEM_EXCEPTIONS)):
-        where = "the root folder" if value == "/" else "a system folder"
-        raise _refused(source, f"its {what} {value!r} is {where}: a replay would show the "
-                               "run's files in its place, so it is not replayed")
+    if value == "/":
+        raise _refused(source, f"its {what} is the root folder '/': a run wiretape wrote "
+                               "never snapshots the whole system")
     if len(os.fsencode(value)) > MAX_PATH_BYTES:
         raise _refused(source, f"its {what} {value[:60]!r}... is longer than "
                                f"{MAX_PATH_BYTES} bytes")
     return Path(value)
+
+
+def system_folder(root: str) -> bool:
+    """Whether ``root`` is a system folder or lies under one (``/var/tmp``
+    excepted): a same-paths replay must not show a snapshot there."""
+    return (any(_under(root, f) for f in SYSTEM_FOLDERS)
+            and not any(_under(root, f) for f in SYSTEM_EXCEPTIONS))
 
 
 def check_roots(roots: Sequence[str], source: Path) -> None:
