@@ -208,8 +208,9 @@ def test_a_run_its_replay_refuses_is_named_by_the_users_path_in_one_line(
     assert rows["runs/deep.wtape"][1] == "ERROR" and rows["runs/alpha.wtape"][1] == "PASS"
     said = [line for line in result.stdout.splitlines() if line.startswith("wiretape: error: ")]
     assert len(said) == 1, result.stdout
-    assert said[0].startswith("wiretape: error: cannot read run file runs/deep.wtape: it holds a "
-                              "snapshot entry 2000 folders deep"), said
+    assert said[0].startswith("wiretape: error: cannot read run file runs/deep.wtape: its "
+                              f"snapshot of {suite / 'alpha'} holds an entry 2000 folders "
+                              "deep"), said
     everything = result.stdout + result.stderr
     assert "wiretape-check-" not in everything and "RecursionError" not in everything
     assert "1 could not be replayed" in result.stdout

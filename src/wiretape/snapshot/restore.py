@@ -92,23 +92,22 @@ def check_roots(roots: Sequence[str], source: Path) -> None:
 
 
 def check_path(rel: str, source: Path, root: str = "",
-               what: str = "a snapshot entry") -> tuple[str, ...]:
-    """The components of an entry's path (``what``, in messages): relative,
-    without ``..``, within the system's limits (also below ``root``).
-    Raises RunFileError."""
+               what: str = "it holds a snapshot entry") -> tuple[str, ...]:
+    """The components of an entry's path: relative, without ``..``, within
+    the system's limits (also below ``root``). ``what`` begins a message
+    about it. Raises RunFileError."""
     pure = PurePosixPath(rel)
     if pure.is_absolute() or ".." in pure.parts or not pure.parts or "\x00" in rel:
-        raise _refused(source, f"it holds {what} with an unsafe path {rel[:200]!r}")
+        raise _refused(source, f"{what} with an unsafe path {rel[:200]!r}")
     if len(pure.parts) > MAX_DEPTH:
-        raise _refused(source, f"it holds {what} {len(pure.parts)} folders deep "
-                               f"({rel[:60]!r}...), deeper than the {MAX_DEPTH} wiretape "
-                               "restores")
+        raise _refused(source, f"{what} {len(pure.parts)} folders deep ({rel[:60]!r}...), "
+                               f"deeper than the {MAX_DEPTH} wiretape restores")
     if any(len(os.fsencode(part)) > MAX_NAME_BYTES for part in pure.parts):
-        raise _refused(source, f"it holds {what} with a name longer than {MAX_NAME_BYTES} "
-                               f"bytes ({rel[:60]!r}...), which no file system takes")
+        raise _refused(source, f"{what} with a name longer than {MAX_NAME_BYTES} bytes "
+                               f"({rel[:60]!r}...), which no file system takes")
     if len(os.fsencode(root)) + 1 + len(os.fsencode(rel)) > MAX_PATH_BYTES:
-        raise _refused(source, f"it holds {what} whose path is longer than "
-                               f"{MAX_PATH_BYTES} bytes ({rel[:60]!r}...)")
+        raise _refused(source, f"{what} whose path is longer than {MAX_PATH_BYTES} bytes "
+                               f"({rel[:60]!r}...)")
     return pure.parts
 
 
@@ -146,26 +145,29 @@ def _link_lands_inside(rel: str, link: str, links: dict[str, str]) -> bool:
 
 
 def check_entries(entries: Iterable[Entry], source: Path, root: str = "") -> None:
-    """Every entry of one snapshot: a safe path (:func:`check_path`), given
-    once, and every link resolving inside the tree, also through the other
-    links. Raises RunFileError naming ``source``."""
+    """Every entry of one snapshot (of ``root``, named in messages): a safe
+    path (:func:`check_path`), given once, and every link resolving inside
+    the tree, also through the other links. Raises RunFileError naming
+    ``source``."""
+    what = f"its snapshot of {root} holds an entry" if root else "it holds a snapshot entry"
     links: dict[str, str] = {}
     seen: set[str] = set()
     for entry in entries:
-        parts = check_path(entry.path, source, root)
+        parts = check_path(entry.path, source, root, what)
         key = "/".join(parts)
         if key in seen:
-            raise _refused(source, f"snapshot entry {entry.path[:200]!r} is given twice")
+            raise _refused(source, f"{what} given twice ({entry.path[:200]!r})")
         seen.add(key)
         if entry.kind == "symlink":
             links[key] = entry.link
     for path, link in links.items():
         if not _link_lands_inside(path, link, links):
-            raise _outside(path, link, source)
+            raise _outside(path, link, source, root)
 
 
-def _outside(rel: str, link: str, source: Path) -> RunFileError:
-    return _refused(source, f"snapshot entry {rel[:200]!r} is a link that leads outside "
+def _outside(rel: str, link: str, source: Path, root: str = "") -> RunFileError:
+    where = f" of its snapshot of {root}" if root else ""
+    return _refused(source, f"snapshot entry {rel[:200]!r}{where} is a link that leads outside "
                             f"its tree ({link[:200]!r})")
 
 

@@ -723,7 +723,8 @@ class RunFile:
             change: ChangeJSON = shapes.json_value(detail, ChangeJSON,
                                                    f"a recorded change of snapshot {sid}")
             # A path the outcome names is a path in the snapshot's tree.
-            check_path(change["path"], self.path, what=f"a recorded change of snapshot {sid}")
+            check_path(change["path"], self.path,
+                       what=f"it holds a recorded change of snapshot {sid}")
             out.setdefault(sid, []).append(change)
         return out
 
