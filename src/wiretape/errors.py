@@ -46,11 +46,17 @@ class UsageError(WiretapeError):
 
 
 class RunNotFound(WiretapeError):
-    """``ref`` names no run file (neither a path nor a run id in the store)."""
+    """``ref`` names no run file (neither a path nor a run id in the store);
+    ``what``: what it is instead (``is a folder, not a run file``), when it
+    names something."""
 
-    def __init__(self, ref: str, store: Path) -> None:
+    def __init__(self, ref: str, store: Path, what: str | None = None) -> None:
         self.ref = ref
         self.store = store
+        if what is not None:
+            super().__init__(f"{ref} {what}: give a .wtape file or a run id (list runs with "
+                             "`wiretape ls`)")
+            return
         super().__init__(
             f"no run named {ref!r}: it is neither a run file nor a run id under {store} "
             "(list runs with `wiretape ls`)"

@@ -213,7 +213,7 @@ def test_ls_skips_a_damaged_run_file(ws):
         assert done.returncode == 0, done.stderr
         assert "Traceback" not in done.stderr
         assert [r["path"] for r in json.loads(done.stdout)] == [str(ws.run)]
-        assert "skipping" in done.stderr and bad.name in done.stderr
+        assert "wiretape: skipped: " in done.stderr and bad.name in done.stderr
     finally:
         bad.unlink()
 

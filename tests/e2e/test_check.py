@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -117,8 +118,8 @@ def test_check_replays_a_folder_in_parallel_and_reports(tmp_path: Path) -> None:
     assert rows["runs/beta.wtape"][1:9] == ["PASS", "1", "1", "0", "0", "0", "0", "same"]
     assert rows["runs/nested/changed.wtape"][1:8] == ["FAIL", "1", "0", "0", "1", "0", "0"]
     assert " differs: exit_status, stdout " in table[4]
-    assert rows["runs/broken.wtape"][1:9] == ["ERROR", "-", "-", "-", "-", "-", "-", "-"]
-    assert rows["runs/proxied.wtape"][1:9] == ["SKIP", "-", "-", "-", "-", "-", "-", "-"]
+    assert rows["runs/broken.wtape"][1:9] == ["ERROR", *["-"] * 7]
+    assert rows["runs/proxied.wtape"][1:9] == ["SKIP", *["-"] * 7]
     out = result.stdout
     assert "--- runs/nested/changed.wtape (run_" in out
     assert ("wiretape: verdict FAIL (strict): recorded 1, exact 0, substituted 0, diverged 1, "
@@ -188,3 +189,28 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert (missing.returncode, missing.stderr.strip()) == (
         2, ("wiretape: error: nope: no such file or folder (give run files or folders of "
            "*.wtape files)"))
+
+
+def test_a_run_its_replay_refuses_is_named_by_the_users_path_in_one_line(
+        tmp_path: Path) -> None:
+    """A snapshot entry 2000 folders deep: the replay refuses it in one line,
+    and check reports that line about the file it was given (not its own
+    temporary copy), as a run that could not be replayed."""
+    suite = make_suite(tmp_path, "alpha")
+    deep = suite / "runs" / "deep.wtape"
+    deep.write_bytes((suite / "runs" / "alpha.wtape").read_bytes())
+    with sqlite3.connect(deep) as db:
+        db.execute("INSERT INTO snapshot_entries (snapshot_id, path, kind, mode, blob, link) "
+                   "SELECT id, ?, 'dir', 493, NULL, '' FROM snapshots", ("/".join(["d"] * 2000),))
+    result = wiretape_cli("check", "runs", cwd=suite)
+    assert result.returncode == 1, result.stderr
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:3]}
+    assert rows["runs/deep.wtape"][1] == "ERROR" and rows["runs/alpha.wtape"][1] == "PASS"
+    said = [line for line in result.stdout.splitlines() if line.startswith("wiretape: error: ")]
+    assert len(said) == 1, result.stdout
+    assert said[0].startswith("wiretape: error: cannot read run file runs/deep.wtape: its "
+                              f"snapshot of {suite / 'alpha'} holds an entry 2000 folders "
+                              "deep"), said
+    everything = result.stdout + result.stderr
+    assert "wiretape-check-" not in everything and "RecursionError" not in everything
+    assert "1 could not be replayed" in result.stdout

@@ -11,9 +11,12 @@ would hand-edit one."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -21,6 +24,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from support import readonly
 from wiretape.testing import FakeProvider, TextTurn
 
 AGENT = Path(__file__).parent / "clients_sandbox" / "context_agent.py"
@@ -280,3 +284,206 @@ def test_a_newer_schema_names_both_versions(hostile: tuple[Path, Path], tmp_path
     said = (f"schema version {SCHEMA_VERSION + 1}", f"reads up to {SCHEMA_VERSION}")
     replay_refused(project, run, tmp_path, *said)
     shown_refused(run, tmp_path, *said)
+
+
+# --- snapshots a replay would restore: roots, names, depth, links, the outcome ----------------
+
+
+def add_entry(run: Path, path: str, kind: str, *, data: bytes = b"", link: str = "",
+              mode: int = 0o644) -> None:
+    """An entry added to the run's (only) snapshot, as an attacker would."""
+    with sqlite3.connect(run) as db:
+        (sid,) = db.execute("SELECT id FROM snapshots").fetchone()
+        digest = None
+        if kind == "file":
+            digest = hashlib.sha256(data).hexdigest()
+            db.execute("INSERT OR IGNORE INTO blobs (hash, size, codec, ref, depth, data) "
+                       "VALUES (?, ?, 'raw', NULL, 0, ?)", (digest, len(data), data))
+        db.execute("INSERT INTO snapshot_entries (snapshot_id, path, kind, mode, blob, link) "
+                   "VALUES (?, ?, ?, ?, ?, ?)", (sid, path, kind, mode, digest, link))
+
+
+def test_a_snapshot_over_a_system_folder_never_stands_in_for_the_users_programs(
+        hostile: tuple[Path, Path], tmp_path: Path) -> None:
+    """A root of /usr/local/bin holding a ``true`` of its own: in a
+    same-paths replay it would be the ``true`` the user's own command runs.
+    Refused in one line naming the way out; mapped paths cover nothing."""
+    _, run = hostile
+    marker = tmp_path / "the-run-s-code-ran"
+    alter(run, "UPDATE snapshots SET root = '/usr/local/bin'")
+    add_entry(run, "true", "file", mode=0o755,
+              data=f"#!/bin/sh\necho pwned > {marker}\n".encode())
+    done = wiretape("replay", str(run), "--", "true", cwd=tmp_path)
+    line = one_line(done, run, "its snapshot root /usr/local/bin is a system folder",
+                    "replay with --no-same-paths")
+    assert "/tmp/wiretape-sandbox" not in line
+    assert not marker.exists()
+    assert not (tmp_path / "state").exists()
+    mapped = wiretape("replay", str(run), "--no-same-paths", "--", "true", cwd=tmp_path)
+    assert mapped.returncode in (1, 3), mapped.stderr  # the user's own true ran
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(("roots", "said"), [
+    (["/"], ("its snapshot root is the root folder '/'", "record the run again")),
+    (["/etc"], ("its snapshot root /etc is a system folder", "--no-same-paths")),
+    (["/var/lib/wiretape-test"], ("/var/lib/wiretape-test is a system folder",
+                                  "--no-same-paths")),
+    (["{project}", "{project}"], ("names the snapshot root '{project}' twice",
+                                  "record the run again")),
+])
+def test_a_root_that_is_no_place_for_a_snapshot_is_refused(
+        hostile: tuple[Path, Path], tmp_path: Path, roots: list[str],
+        said: tuple[str, str]) -> None:
+    project, run = hostile
+    alter(run, "UPDATE snapshots SET root = ?", params=(roots[0].format(project=project),))
+    for root in roots[1:]:
+        alter(run, "INSERT INTO snapshots (root, taken_at_ns, files, bytes) VALUES (?, 0, 0, 0)",
+              params=(root.format(project=project),))
+    replay_refused(project, run, tmp_path, *(words.format(project=project) for words in said))
+
+
+def test_two_links_that_escape_only_together_are_refused(
+        hostile: tuple[Path, Path], tmp_path: Path) -> None:
+    """``sub/q -> ..`` and ``sub/p -> q/../..`` each stay inside, read alone;
+    followed one through the other, ``sub/p`` is the project's parent."""
+    project, run = hostile
+    add_entry(run, "sub", "dir", mode=0o755)
+    add_entry(run, "sub/q", "symlink", link="..", mode=0o777)
+    add_entry(run, "sub/p", "symlink", link="q/../..", mode=0o777)
+    escape = project.parent / f"escape-{tmp_path.name}"
+    done = wiretape("replay", str(run), "--", sys.executable, "-c",
+                    f"open({str(project / 'sub' / 'p' / escape.name)!r}, 'w').close()",
+                    cwd=tmp_path)
+    try:
+        one_line(done, run, f"snapshot entry 'sub/p' of its snapshot of {project} is a link "
+                            "that leads outside its tree ('q/../..')",
+                 "record the run again")
+        assert not escape.exists()
+    finally:
+        escape.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(("path", "said"), [
+    ("/".join(["d"] * 2000), "holds an entry 2000 folders deep"),
+    ("x" * 5000, "a name longer than 255 bytes"),
+    ("/".join(["y" * 250] * 17), "whose path is longer than 4095 bytes"),
+])
+def test_an_entry_no_file_system_takes_is_refused_in_one_line(
+        hostile: tuple[Path, Path], tmp_path: Path, path: str, said: str) -> None:
+    project, run = hostile
+    add_entry(run, path, "dir", mode=0o755)
+    replay_refused(project, run, tmp_path, said, "record the run again")
+    assert not list(Path(tempfile.gettempdir()).glob("wiretape-sandbox-*/*/d/d"))
+
+
+@pytest.mark.parametrize(("statement", "said"), [
+    ("UPDATE outcome_changes SET detail = 'not json'", "is not JSON"),
+    ("UPDATE outcome_changes SET detail = json_set(detail, '$.path', '../../etc/hostname')",
+     "a recorded change of snapshot 1 with an unsafe path '../../etc/hostname'"),
+    ("UPDATE outcome_changes SET detail = json_set(detail, '$.path', '/etc/hostname')",
+     "a recorded change of snapshot 1 with an unsafe path '/etc/hostname'"),
+])
+def test_a_bad_recorded_outcome_is_refused_before_the_agent_runs(
+        hostile: tuple[Path, Path], tmp_path: Path, statement: str, said: str) -> None:
+    project, run = hostile
+    with sqlite3.connect(run) as db:
+        assert db.execute("SELECT count(*) FROM outcome_changes").fetchone()[0] >= 1
+    alter(run, statement)
+    replay_refused(project, run, tmp_path, said)
+
+
+def test_scan_and_scrub_refuse_what_a_replay_refuses(
+        hostile: tuple[Path, Path], tmp_path: Path) -> None:
+    _, run = hostile
+    add_entry(run, "sub", "dir", mode=0o755)
+    add_entry(run, "sub/q", "symlink", link="..", mode=0o777)
+    add_entry(run, "sub/p", "symlink", link="q/../..", mode=0o777)
+    before = hashlib.sha256(run.read_bytes()).hexdigest()
+    for command in (["scan", str(run)], ["scrub", str(run)]):
+        one_line(wiretape(*command, cwd=tmp_path), run,
+                 "snapshot entry 'sub/p' of its snapshot of", "is a link that leads outside")
+    assert hashlib.sha256(run.read_bytes()).hexdigest() == before
+
+
+@pytest.mark.skipif(not readonly.available(), reason="cannot mount a folder read-only here")
+def test_scrub_of_a_run_on_a_read_only_mount_says_so_in_one_line(
+        hostile: tuple[Path, Path], tmp_path: Path) -> None:
+    _, run = hostile
+    folder = tmp_path / "mounted"
+    folder.mkdir()
+    copy = folder / "run.wtape"
+    copy.write_bytes(run.read_bytes())
+    done = subprocess.run(readonly.read_only_argv(folder, [
+        sys.executable, "-m", "wiretape", "scrub", str(copy), "--match", "the answer"]),
+        capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.strip() == (f"wiretape: error: cannot write run file {copy}: "
+                                   "read-only file system"), done.stderr
+
+
+# --- printing what a run holds ------------------------------------------------------------------
+
+CONTROL = ("\x1b", "\x07", "\x9b", "\r")
+
+
+def test_terminal_control_codes_from_a_run_are_printed_as_text(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                ) -> None:
+    """A response and an argument holding escape sequences (a window title,
+    a C1 CSI, a carriage return, a newline): ``show``, ``show --exchange``,
+    ``ls`` and a replay's verdict print them as ``\\x1b`` text, and the
+    ``ls`` table keeps one line per run."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    run = tmp_path / ".wiretape" / "runs" / "run_0123456789ab.wtape"
+    argument = "X=\x1b]0;ARGV\x07g\nx\ry"
+    with FakeProvider([TextTurn("\x1b]0;PWNED\x07 hi\x9b2J\nline2")]) as fp:
+        done = wiretape("record", "-o", str(run), "--no-snapshot", "--upstream",
+                        f"openai={fp.url}/v1", "--", "env", argument, sys.executable,
+                        str(AGENT), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    outputs = {}
+    for command in (["show", str(run)], ["show", str(run), "--exchange", "0"],
+                    ["show", str(run), "--json"], ["ls"]):
+        shown = wiretape(*command, cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        outputs[" ".join(command[:1] + command[2:])] = shown.stdout + shown.stderr
+    replayed = wiretape("replay", str(run), "--", sys.executable, "-c", "print('other')",
+                        cwd=tmp_path)
+    assert replayed.returncode == 3, replayed.stderr  # its exchange unused
+    outputs["replay"] = replayed.stderr
+    for name, text in outputs.items():
+        assert not [c for c in CONTROL if c in text], (name, text)
+    assert "\\x1b]0;PWNED\\x07 hi\\x9b2J" in outputs["show --exchange 0"]
+    assert "\\x1b]0;PWNED\\x07 hi\\x9b2J" in outputs["show"]
+    assert "X=\\x1b]0;ARGV\\x07g\\nx\\ry" in outputs["show"]
+    assert "\\x1b]0;PWNED\\x07 hi\\x9b2J" in outputs["replay"]
+    assert json.loads(outputs["show --json"])["argv"][1] == argument
+    table = outputs["ls"].strip().splitlines()
+    assert len(table) == 2 and "env 'X=\\x1b]0;ARGV\\x07g\\nx" in table[1], table
+
+
+def test_a_snapshot_over_a_folder_on_the_users_path_is_refused_at_the_original_paths(
+        hostile: tuple[Path, Path], tmp_path: Path) -> None:
+    """The project folder is on PATH and the run's snapshot holds a ``true``
+    of its own: shown at the original paths it would be the ``true`` the
+    user's command runs. Refused in one line that names the way out;
+    mapped paths (which shadow nothing) replay."""
+    project, run = hostile
+    marker = tmp_path / "the-run-s-code-ran"
+    add_entry(run, "true", "file", mode=0o755,
+              data=f"#!/bin/sh\necho pwned > {marker}\n".encode())
+    env = {**os.environ, "PATH": f"{project}{os.pathsep}{os.environ['PATH']}"}
+
+    def replay(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "wiretape", "replay", str(run), *options,
+                               "--", "true"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=90, stdin=subprocess.DEVNULL, env=env)
+
+    done = replay()
+    one_line(done, run, f"the snapshot root {project} of run file", "a folder on your PATH",
+             "--no-same-paths")
+    assert not marker.exists()
+    mapped = replay("--no-same-paths")
+    assert mapped.returncode in (0, 1, 3), mapped.stderr
+    assert not marker.exists()

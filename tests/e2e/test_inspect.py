@@ -205,7 +205,7 @@ def check_self_contained(page: str) -> _References:
 def test_report_is_one_self_contained_page(demo_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
     done = wiretape("report", str(demo_run), "-o", str(out), cwd=tmp_path)
-    assert done.stderr.strip().endswith(f"(3 exchanges, 2 tool calls, 1 replays) -> {out}")
+    assert done.stderr.strip().endswith(f"(3 exchanges, 2 tool calls, 1 replay) -> {out}")
     page = out.read_text()
     refs = check_self_contained(page)
     assert refs.counts == {"exchanges": "3", "tool-calls": "2", "completed": "2", "pending": "0",

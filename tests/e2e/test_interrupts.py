@@ -177,3 +177,42 @@ def test_a_killed_replays_sandbox_is_swept_by_the_next_one(
     assert done.returncode == 0, done.stderr
     assert sandboxes(tmpdir) == others
     assert kept_dir in others
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def test_sigterm_to_check_stops_its_replays_and_removes_its_copies(
+        project: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """``wiretape check`` told to stop (SIGTERM, as a CI runner does) stops
+    each replay it runs, which stops its agent, removes its temporary
+    copies, and exits 143; no replay goes on to store a PASS."""
+    _, run, tmpdir = project
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copyfile(run, suite / "run.wtape")
+    agent_pid = tmp_path / "agent.pid"
+    check = start("check", str(suite), cwd=tmp_path, tmpdir=tmpdir, SLOW=str(agent_pid))
+    try:
+        wait_for(lambda: agent_pid.exists() and agent_pid.read_text().strip(), "the agent")
+        agent = int(agent_pid.read_text())
+        os.kill(check.pid, signal.SIGTERM)
+        _, err = check.communicate(timeout=60)
+    finally:
+        if check.poll() is None:
+            os.killpg(check.pid, signal.SIGKILL)
+    assert check.returncode == 143, err
+    assert "Traceback" not in err
+    assert "wiretape: error: interrupted by SIGTERM while checking" in err, err
+    wait_for(lambda: not _running(agent), "the agent to end", within=15)
+    assert [p.name for p in tmpdir.iterdir()
+            if p.name.startswith(("wiretape-check-", "wiretape-sandbox-"))] == []
+    shown = wiretape("verdict", str(suite / "run.wtape"), "--json", cwd=tmp_path, tmpdir=tmpdir)
+    assert shown.returncode == 143, shown.stdout + shown.stderr
+    assert json.loads(shown.stdout)["interrupted"] == "SIGTERM"

@@ -177,6 +177,11 @@ def test_gzip_bodies_both_ways_are_redacted_decoded_and_replay_exactly(tmp_path:
     assert "stored it next to <redacted" in replay.stdout
     assert ANSWERED not in replay.stdout
     assert_nowhere(run, secrets)
+    # show reads a gzip request decoded: its model and messages, not "N bytes".
+    shown = wiretape("show", str(run), "--exchange", "0", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "request (openai-chat): model gpt-4o-mini, 1 message" in shown.stdout, shown.stdout
+    assert "[user] my key <redacted" in shown.stdout and "not JSON" not in shown.stdout
 
 
 # -- scrub and scan -------------------------------------------------------------------------------
@@ -198,7 +203,7 @@ def test_scrub_replaces_a_value_everywhere_and_the_replay_still_matches(tmp_path
     assert scrubbed.returncode == 0, scrubbed.stderr
     report = json.loads(scrubbed.stdout)
     assert report["counts"] == {"request bodies": 1, "response bodies": 1, "stdout": 1}
-    assert "3 replacement(s)" in scrubbed.stderr
+    assert "3 replacements (" in scrubbed.stderr
     assert_nowhere(run, [GREETING.encode()])
     assert not list(tmp_path.glob(".env.wtape.scrub-*"))  # the temporary file is gone
     scan = wiretape("scan", str(run), "--match", GREETING, cwd=tmp_path)
@@ -223,8 +228,8 @@ def test_scan_fails_a_run_holding_a_secrets_file_until_it_is_scrubbed(tmp_path: 
                         str(CLIENTS / "leaky_agent.py"), "--api-key", "sk-placeholder",
                         cwd=work)
     assert done.returncode == 0, done.stderr
-    assert places_holding(run, [DB_PASS.encode()])  # asked for: .env is stored
-    assert not places_holding(run, [KEY.encode()])  # its key shape still masked
+    # Asked for: .env is stored, with its values masked as everywhere else.
+    assert not places_holding(run, [DB_PASS.encode(), KEY.encode()])
     scan = wiretape("scan", str(run), cwd=tmp_path)
     assert scan.returncode == 1
     assert "snapshot holds .env (secrets" in scan.stdout, scan.stdout
@@ -234,5 +239,65 @@ def test_scan_fails_a_run_holding_a_secrets_file_until_it_is_scrubbed(tmp_path: 
     assert scrubbed.returncode == 0, scrubbed.stderr
     assert "dropped from the snapshots: .env" in scrubbed.stderr
     assert_nowhere(run, [DB_PASS.encode(), KEY.encode()])
+    again = wiretape("scan", str(run), cwd=tmp_path)
+    assert again.returncode == 0 and "clean" in again.stdout, again.stdout
+
+
+# -- secrets files taken on request, or stored by an older recording ------------------------------
+
+
+def test_a_secrets_file_taken_on_request_keeps_its_values_secret_everywhere(
+        tmp_path: Path) -> None:
+    """``--snapshot-include .env`` stores the file, not its values: they are
+    masked in it, and wherever else the run keeps them (a gzip request
+    body, stdout)."""
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / ".env").write_text(f"DB_PASSWORD={DB_PASS}\nDEBUG=1\n")
+    run = tmp_path / "included.wtape"
+    with RawUpstream(gzip_replies()) as upstream:
+        done = wiretape("record", "-o", str(run), "--snapshot-include", ".env", "--upstream",
+                        f"openai={upstream.url}/v1", "--", sys.executable,
+                        str(CLIENTS / "gzip_client.py"), ".env", "DB_PASSWORD", cwd=work)
+        sent = [gzip.decompress(r.body) for r in upstream.received]
+    assert done.returncode == 0, done.stderr
+    assert f"using {DB_PASS}" in done.stdout and all(DB_PASS.encode() in b for b in sent)
+    assert_nowhere(run, [DB_PASS.encode()])
+    db = sqlite3.connect(f"file:{run}?mode=ro", uri=True)
+    rules = {(loc.split(":")[0], name) for loc, name in
+             db.execute("SELECT location, name FROM redactions")}
+    paths = [p for (p,) in db.execute("SELECT path FROM snapshot_entries")]
+    db.close()
+    assert ".env" in paths  # taken, as asked
+    assert {("request-body", ".env:DB_PASSWORD"), ("stdout", ".env:DB_PASSWORD"),
+            ("snapshot", ".env:DB_PASSWORD")} <= rules, rules
+
+
+def test_scrub_drops_a_stored_secrets_file_and_its_values_everywhere(tmp_path: Path) -> None:
+    """A run holding a ``.env`` whose value is also in its gzip bodies (as
+    an older recording kept it): ``scrub`` without --match drops the file
+    and takes its values as secrets everywhere else, so ``scan`` is right
+    to say clean afterwards."""
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "settings.txt").write_text(f"DB_PASSWORD={DB_PASS}\n")  # not a secrets file
+    run = tmp_path / "older.wtape"
+    with RawUpstream(gzip_replies()) as upstream:
+        done = wiretape("record", "-o", str(run), "--upstream", f"openai={upstream.url}/v1",
+                        "--", sys.executable, str(CLIENTS / "gzip_client.py"), "settings.txt",
+                        "DB_PASSWORD", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert places_holding(run, [DB_PASS.encode()])
+    with sqlite3.connect(run) as db:  # the .env an older recording stored
+        db.execute("INSERT INTO snapshot_entries (snapshot_id, path, kind, mode, blob, link) "
+                   "SELECT snapshot_id, '.env', 'file', mode, blob, link FROM snapshot_entries "
+                   "WHERE path = 'settings.txt'")
+    scan = wiretape("scan", str(run), cwd=tmp_path)
+    assert scan.returncode == 1, scan.stdout
+    assert ".env:DB_PASSWORD" in scan.stdout  # its value, found in the bodies too
+    scrubbed = wiretape("scrub", str(run), cwd=tmp_path)
+    assert scrubbed.returncode == 0, scrubbed.stderr
+    assert "dropped from the snapshots: .env" in scrubbed.stderr
+    assert_nowhere(run, [DB_PASS.encode()])
     again = wiretape("scan", str(run), cwd=tmp_path)
     assert again.returncode == 0 and "clean" in again.stdout, again.stdout

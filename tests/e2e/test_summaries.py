@@ -84,6 +84,8 @@ def test_a_failed_recording_says_so_and_ls_and_the_verdict_show_exit_codes(
     lines = done.stderr.splitlines()
     assert lines[0].startswith("wiretape: recorded run_") and ": 2 exchanges," in lines[0]
     assert lines[1:] == [
+        # -o named a folder that was not there: made, and said so
+        f"wiretape: made the folder {store} for the run file (it did not exist)",
         "wiretape: the provider answered with errors: 1 x 500 (recorded as they were)",
         "wiretape: the agent exited with status 1"], done.stderr
 

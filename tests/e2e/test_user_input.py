@@ -191,16 +191,24 @@ def test_ls_lists_the_good_runs_and_names_each_damaged_one_in_a_line(
     done = wiretape("ls", cwd=tmp_path, WIRETAPE_HOME=str(tmp_path / "store"))
     err = no_traceback(done)
     assert done.returncode == 0
-    skipped = [line for line in err.splitlines() if line.startswith("wiretape: skipping ")]
+    skipped = [line for line in err.splitlines() if line.startswith("wiretape: skipped: ")]
     assert len(skipped) == len(DAMAGE), err
     for path in damaged:
         assert sum(str(path) in line for line in skipped) == 1, (path, err)
+        # named once in its line
+        assert [line.count(str(path)) for line in skipped if str(path) in line] == [1], err
     listed = done.stdout.decode().splitlines()
     assert listed[0].split() == ["run", "when", "command", "exchanges", "exit", "last",
                                  "verdict"]
     [row] = listed[1:]
     # The good run: its exit status and its latest verdict with the verdict's exit code.
     assert row.split()[-5:] == ["1", "0", "pass", "(exit", "0)"], row
+    # Only damaged runs left: none is readable, which is not "no runs".
+    (runs / "run_000000000001.wtape").unlink()
+    done = wiretape("ls", cwd=tmp_path, WIRETAPE_HOME=str(tmp_path / "store"))
+    no_traceback(done)
+    assert done.stdout.decode().strip() == (
+        f"no readable runs under {runs} ({len(DAMAGE)} skipped: see above)"), done.stdout
 
 
 def test_check_reports_a_damaged_run_on_its_own_line_and_still_writes_junit(
@@ -253,3 +261,41 @@ def test_a_file_that_cannot_be_written_is_one_line_and_leaves_nothing(
         assert done.returncode == 2, err
         assert err.splitlines()[-1].startswith("wiretape: error: cannot write a-file/out."), err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+@pytest.mark.parametrize("command", [["replay"], ["show"], ["verdict"], ["report"],
+                                     ["export", "--har", "x.har"], ["scrub"]])
+def test_a_folder_or_a_fifo_given_as_a_run_says_what_it_is(tmp_path: Path,
+                                                             command: list[str]) -> None:
+    (tmp_path / "runs").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    for ref, said in (("runs", "runs is a folder, not a run file: give a .wtape file or a run "
+                               "id"),
+                      ("pipe", "pipe is not a regular file: give a .wtape file or a run id")):
+        done = wiretape(command[0], ref, *command[1:], cwd=tmp_path)
+        err = no_traceback(done)
+        assert done.returncode == 2, err
+        assert err.strip().splitlines() == [
+            f"wiretape: error: {said} (list runs with `wiretape ls`)"], err
+    done = wiretape("scan", "runs", cwd=tmp_path)
+    assert done.returncode == 2
+    assert no_traceback(done).strip() == ("wiretape: error: no run files (*.wtape) in runs: "
+                                          "give run files, run ids or folders that hold run "
+                                          "files")
+
+
+@pytest.mark.parametrize(("version", "said"), [(0, "missing (0)"), (-1, "invalid (-1)")])
+def test_a_run_without_its_schema_version_says_so(good_run: tuple[Path, Path], tmp_path: Path,
+                                                   version: int, said: str) -> None:
+    _, run = good_run
+    copy = tmp_path / "copy.wtape"
+    copy.write_bytes(run.read_bytes())
+    db = sqlite3.connect(copy)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.close()
+    done = wiretape("show", str(copy), cwd=tmp_path)
+    assert done.returncode == 2
+    assert no_traceback(done).strip() == (
+        f"wiretape: error: cannot read run file {copy}: it holds a run's tables but its schema "
+        f"version is {said}: it was edited or damaged, and is not read (record the run again, "
+        "or ask its author for the original)")

@@ -11,7 +11,7 @@ import pytest
 
 from wiretape.errors import RunFileError, UsageError
 from wiretape.launch.sandbox import files_facet
-from wiretape.snapshot.restore import restore
+from wiretape.snapshot.restore import check_entries, check_roots, restore, system_folder
 from wiretape.snapshot.tree import (
     DEFAULT_POLICY,
     LEGACY,
@@ -108,6 +108,73 @@ def test_restore_keeps_links_inside_the_tree(tmp_path: Path) -> None:
     restore(entries, tmp_path / "box", source=tmp_path / "r.wtape")
     assert os.readlink(tmp_path / "box" / "d" / "up") == "../top"
     assert (tmp_path / "box" / "d" / "same").read_bytes() == b"x"
+
+
+def links(*pairs: str) -> list[Entry]:
+    """Entries from ``"path -> target"`` (a link) and ``"path/"`` (a folder)."""
+    out = []
+    for pair in pairs:
+        if pair.endswith("/"):
+            out.append(Entry(pair.rstrip("/"), "dir", 0o755))
+        else:
+            path, _, target = pair.partition(" -> ")
+            out.append(Entry(path, "symlink", 0o777, link=target))
+    return out
+
+
+@pytest.mark.parametrize("entries", [
+    ("sub/", "sub/q -> ..", "sub/p -> q/../.."),  # each alone stays inside
+    ("d/", "d/l -> ..", "x -> d/l/.."),
+    ("a/", "a/b/", "a/b/up -> ../..", "a/far -> b/up/a/b/up/.."),
+    ("d/", "d/l -> ../d/m", "d/m -> n/..", "d/x -> l/../.."),
+])
+def test_links_that_escape_only_through_each_other_are_refused(
+        tmp_path: Path, entries: tuple[str, ...]) -> None:
+    with pytest.raises(RunFileError, match="link that leads outside its tree"):
+        check_entries(links(*entries), tmp_path / "r.wtape")
+    with pytest.raises(RunFileError, match="link that leads outside its tree"):
+        restore(links(*entries), tmp_path / "box", source=tmp_path / "r.wtape")
+    assert not (tmp_path / "box").exists()
+
+
+@pytest.mark.parametrize("entries", [
+    ("d/", "d/up -> ..", "x -> d/up/d/up"),
+    ("d/", "d/e/", "d/e/l -> ../../d", "x -> d/e/l/.."),
+    ("a -> b", "b -> a"),  # a loop: the kernel resolves it to nothing
+    ("d/", "d/dangling -> ../nowhere/../d"),
+])
+def test_links_that_stay_inside_through_each_other_are_kept(
+        tmp_path: Path, entries: tuple[str, ...]) -> None:
+    check_entries(links(*entries), tmp_path / "r.wtape")
+    restore(links(*entries), tmp_path / "box", source=tmp_path / "r.wtape")
+
+
+@pytest.mark.parametrize("root", ["/home/me/project", "/tmp/x", "/var/tmp", "/var/tmp/x",
+                                  "/root/.nanobot", "/usrlocal", "/opt/agent", "/srv/x"])
+def test_a_root_of_a_users_tree_is_no_system_folder(tmp_path: Path, root: str) -> None:
+    check_roots([root], tmp_path / "r.wtape")
+    assert not system_folder(root)
+
+
+@pytest.mark.parametrize("root", ["/usr/local/bin", "/usr", "/etc", "/var", "/var/lib/docker",
+                                  "/lib64", "/proc/self", "/bin", "/sys/fs", "/run/user/0"])
+def test_a_system_folder_is_one_for_a_same_paths_replay(tmp_path: Path, root: str) -> None:
+    check_roots([root], tmp_path / "r.wtape")  # a mapped replay may restore it elsewhere
+    assert system_folder(root)
+
+
+@pytest.mark.parametrize(("roots", "said"), [
+    (["/"], "is the root folder"),
+    (["/home/me/p", "/home/me/q", "/home/me/p"], "names the snapshot root '/home/me/p' twice"),
+    (["/home/me/../../etc"], "not an absolute, normalised path"),
+    (["relative"], "not an absolute, normalised path"),
+])
+def test_a_root_that_is_no_place_for_a_snapshot_is_refused(
+        tmp_path: Path, roots: list[str], said: str) -> None:
+    with pytest.raises(RunFileError, match=said) as caught:
+        check_roots(roots, tmp_path / "r.wtape")
+    assert str(tmp_path / "r.wtape") in str(caught.value)
+    assert "record the run again, or ask its author for the original" in str(caught.value)
 
 
 @pytest.mark.parametrize(("mode", "applied"), [(0o4755, 0o755), (0o2750, 0o750), (0o1777, 0o777),
@@ -216,3 +283,14 @@ def test_left_out_paths_are_never_changes(tmp_path: Path) -> None:
     restored = {p: e for p, e in before.items() if not e.left_out}
     sandbox = {p: e for p, e in after.items() if p != "image.png"}
     assert {c.path: c.change for c in compare(restored, sandbox)} == {"new.bin": "added"}
+
+
+def test_a_copy_shown_over_a_folder_on_path_is_found_but_a_tool_folder_is_not() -> None:
+    from wiretape.launch.sandbox import Copy, shadowed
+
+    copies = [Copy(1, Path("/home/me/project"), Path("/tmp/box/0-project"), ())]
+    path = os.pathsep.join(["/home/me/project/.venv/bin", "/usr/bin", "relative/bin",
+                            "/home/me/project/bin", "/home/me/project/./scripts/",
+                            "/home/me/projects/bin"])
+    assert shadowed(copies, path) == [(Path("/home/me/project"), "/home/me/project/bin"),
+                                      (Path("/home/me/project"), "/home/me/project/./scripts/")]

@@ -72,8 +72,8 @@ def row(result: CheckResult, with_equivalent: bool = False) -> list[str]:
         str(n) for n in (v.recorded, v.exact, v.substituted,
                          *((v.equivalent,) if with_equivalent else ()),
                          v.diverged, v.missing, v.unused)]
-    return [display(result.path), result.status.value.upper(), *counts, outcome_text(result),
-            f"{result.duration_s:.1f} s"]
+    return [render.printable(display(result.path)), result.status.value.upper(), *counts,
+            outcome_text(result), f"{result.duration_s:.1f} s"]
 
 
 def describe(result: CheckResult) -> tuple[str, str]:
@@ -88,7 +88,7 @@ def describe(result: CheckResult) -> tuple[str, str]:
 
 
 def progress_line(result: CheckResult, done: int, total: int) -> str:
-    tail = f": {result.error}" if result.error else ""
+    tail = f": {render.printable(result.error)}" if result.error else ""
     return (f"wiretape check: [{done}/{total}] {result.status.value.upper()} "
             f"{display(result.path)} ({result.duration_s:.1f} s){tail}")
 
@@ -123,8 +123,10 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
     skipped: their own tests replay them. Runs recorded by another user or
     on another host run their recorded command only with --yes (or after
     a yes on a terminal); without it each fails with a line saying so. A
-    run file that cannot be read fails on its own line. Exit status: 0
-    every run passes; 1 any run fails or cannot be replayed; 2 usage error.
+    run file that cannot be read fails on its own line. SIGTERM or Ctrl-C
+    stops every replay (and its agent) and removes the copies. Exit status:
+    0 every run passes; 1 any run fails or cannot be replayed; 2 usage
+    error; 143/130 stopped by SIGTERM/SIGINT.
 
     \b
     Example:
@@ -160,8 +162,8 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
                    "another host; replaying runs their "
                    "recorded commands, against files restored from the runs:", err=True)
         for elsewhere in strangers:
-            click.echo(f"  {elsewhere.run_id} (recorded {elsewhere.who()}): "
-                       f"{render.command_line(elsewhere.argv)}", err=True)
+            click.echo(render.printable(f"  {elsewhere.run_id} (recorded {elsewhere.who()}): ")
+                       + render.command_line(elsewhere.argv), err=True)
         return click.confirm("Run these commands?", default=False, err=True)
 
     results = asyncio.run(check_runs(runs, jobs=workers, free_ports=free_ports,
@@ -175,14 +177,15 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
         if result.status in (Status.PASS, Status.SKIP):
             continue
         click.echo("")
-        click.echo(click.style(f"--- {display(result.path)}"
-                               f"{f' ({result.run_id})' if result.run_id else ''}", bold=True))
+        click.echo(click.style(render.printable(
+            f"--- {display(result.path)}{f' ({result.run_id})' if result.run_id else ''}"),
+            bold=True))
         if result.verdict is None:
-            click.echo(f"wiretape: error: {result.error}")
+            click.echo(f"wiretape: error: {render.printable(result.error or '')}")
             continue
         click.echo(render.verdict_line(result.verdict))
         if result.error:
-            click.echo(f"wiretape: {result.error}")
+            click.echo(f"wiretape: {render.printable(result.error)}")
         for line in render.verdict_details(result.verdict):
             click.echo(line)
     if junit_path is not None:
@@ -192,7 +195,8 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
                                           name_of=lambda r: display(r.path), describe=describe))
     count = {status: sum(1 for r in results if r.status is status) for status in Status}
     skipped = f", {count[Status.SKIP]} skipped (no command)" if count[Status.SKIP] else ""
-    click.echo(f"\nwiretape check: {len(results)} runs: {count[Status.PASS]} passed, "
+    click.echo(f"\nwiretape check: {len(results)} run{'s' if len(results) != 1 else ''}: "
+               f"{count[Status.PASS]} passed, "
                f"{count[Status.FAIL]} failed, {count[Status.ERROR]} could not be replayed"
                f"{skipped}, in {duration:.1f} s"
                + (f"; JUnit XML in {junit_path}" if junit_path is not None else ""))

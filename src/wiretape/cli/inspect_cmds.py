@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 import click
 
 from wiretape.cli.files import text_bytes, write_whole
-from wiretape.cli.render import printable, table, verdict_line
+from wiretape.cli.render import (
+    Escaped,
+    json_text,
+    printable,
+    surrogates_escaped,
+    table,
+    verdict_line,
+)
 from wiretape.errors import UsageError
 
 if TYPE_CHECKING:
@@ -26,6 +33,11 @@ def _echo(line: str) -> None:
     from wiretape.redaction import redact_str
 
     click.echo(redact_str(line, "show"))
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 exchange``, ``2 exchanges``."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def _read(run: str, label: str) -> RunOverview:
@@ -95,26 +107,30 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
         raise UsageError(f"run {ov.info.run_id} has no exchange {seq}: its exchanges are "
                          f"{', '.join(str(s) for s in ov.views) or 'none'}")
     if as_json:
-        _echo(json.dumps(_show_json(ov, seq, frames), indent=2, ensure_ascii=False))
+        _echo(json_text(_show_json(ov, seq, frames)))
         return
+    # Every text from the run is escaped; only wiretape's own styles reach
+    # the terminal (render.Escaped).
+    escaped = Escaped()
     if seq is not None:
         exchange = next(e for e in ov.exchanges if e.seq == seq)
         row = next(r for r in ov.rows if r.seq == seq)
-        for line in text.exchange_lines(exchange, ov.views[seq], row, frames):
-            _echo(line)
+        for line in text.exchange_lines(exchange, ov.views[seq], row, frames, escaped.style):
+            _echo(escaped(line))
         return
     for line in text.run_heading(ov.info, str(ov.path)):
-        _echo(line)
+        _echo(escaped(line))
     for note in json.loads(ov.info.extra.get("import_notes", "[]")):
-        _echo(f"  import note: {note}")
+        _echo(f"  import note: {printable(str(note))}")
     for line in table(text.timeline_rows(ov.rows), text.TIMELINE_HEADER):
-        _echo(line)
-    for line in text.ledger_lines(ov.ledger):
-        _echo(line)
+        _echo(escaped(line))
+    for line in text.ledger_lines(ov.ledger, escaped.style):
+        _echo(escaped(line))
     if ov.verdicts:
         _echo(click.style(f"replays: {len(ov.verdicts)}", bold=True))
         for v in ov.verdicts:
-            _echo(f"  {v.replay_id}: " + verdict_line(v).removeprefix("wiretape: "))
+            _echo(f"  {printable(v.replay_id)}: "
+                  + verdict_line(v).removeprefix("wiretape: "))
 
 
 @click.command()
@@ -135,10 +151,11 @@ def report(run: str, out: Path | None) -> None:
     ov = _read(run, "reading")
     page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts)
     target = out or Path(f"{ov.info.run_id}.html")
-    write_whole(target, text_bytes(printable(page)))
-    click.echo(f"wiretape: report of {ov.info.run_id} ({len(ov.rows)} exchanges, "
-               f"{len(ov.ledger.entries)} tool calls, {len(ov.verdicts)} replays) -> {target}",
-               err=True)
+    write_whole(target, text_bytes(surrogates_escaped(page)))
+    counts = (_count(len(ov.rows), "exchange"), _count(len(ov.ledger.entries), "tool call"),
+              _count(len(ov.verdicts), "replay"))
+    click.echo(f"wiretape: report of {printable(ov.info.run_id)} ({', '.join(counts)}) -> "
+               f"{target}", err=True)
 
 
 @click.command()
@@ -173,8 +190,8 @@ def export(run: str, har_file: Path) -> None:
         click.echo(payload)
         return
     write_whole(har_file, payload)
-    click.echo(f"wiretape: exported {len(data['log']['entries'])} exchanges of "
-               f"{data['log']['_wiretape']['run_id']} -> {har_file}", err=True)
+    click.echo(f"wiretape: exported {_count(len(data['log']['entries']), 'exchange')} of "
+               f"{printable(str(data['log']['_wiretape']['run_id']))} -> {har_file}", err=True)
 
 
 @click.command(name="import")
@@ -211,9 +228,9 @@ def import_cmd(har_file: Path | None, vcr_file: Path | None, out: Path | None) -
     finally:
         progress.close()
     for note in done.notes:
-        click.echo(f"wiretape: note: {note}", err=True)
-    click.echo(f"wiretape: imported {done.exchanges} exchanges into {done.run_id} -> {done.path}",
-               err=True)
+        click.echo(f"wiretape: note: {printable(note)}", err=True)
+    click.echo(f"wiretape: imported {_count(done.exchanges, 'exchange')} into {done.run_id} -> "
+               f"{done.path}", err=True)
     click.echo(done.run_id)
 
 

@@ -6,17 +6,21 @@ Knows nothing of HTML, run files or how views are made.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NotRequired, TypedDict
 
 import click
 
 from wiretape.cli import render
 from wiretape.cli.render import human_bytes, ms, table
+from wiretape.cli.render import printable as _p
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
 from wiretape.inspect.timeline import TimelineRow, excerpt
 from wiretape.model import Exchange, RunInfo
+
+#: How a line is styled: ``click.style``, or ``render.Escaped().style``.
+Style = Callable[..., str]
 
 TIMELINE_HEADER = ["seq", "at", "method", "target", "status", "model", "ttfb", "duration",
                    "frames", "bytes", "streamed", "ended", "stop", "tokens", "tool calls",
@@ -25,6 +29,11 @@ TIMELINE_HEADER = ["seq", "at", "method", "target", "status", "model", "ttfb", "
 
 def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _n(count: int, noun: str) -> str:
+    """``1 message``, ``3 messages``."""
+    return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
 def _tokens(row: TimelineRow) -> str:
@@ -38,100 +47,108 @@ def run_heading(info: RunInfo, path: str) -> list[str]:
     """The run's identity; an imported run says where it came from."""
     lines = render.run_heading(info, path)
     if info.mode == "import":
-        lines[1] = f"  command: none (imported from {info.extra.get('imported_from', '?')}; " \
+        lines[1] = f"  command: none (imported from {_p(info.extra.get('imported_from', '?'))}; " \
                    "replay it with the command after --)"
     return lines
 
 
 def timeline_rows(rows: Sequence[TimelineRow]) -> list[list[str]]:
-    return [[
+    return [[_p(cell) for cell in (
         str(r.seq), f"+{ms(r.offset_ns)}", r.method, _clip(r.target, 32),
         str(r.status) if r.status is not None else "-", _clip(r.model or "-", 26),
         ms(r.ttfb_ns), ms(r.duration_ns), str(r.frames), human_bytes(r.bytes) if r.status else "-",
         "yes" if r.streamed else "no", r.ending, r.stop_reason or "-", _tokens(r),
         ", ".join(r.tool_calls) or "-",
         ("error: " + r.error) if r.error and not r.excerpt else _clip(r.excerpt, 48) or "-",
-    ] for r in rows]
+    )] for r in rows]
 
 
-def ledger_lines(ledger: Ledger) -> list[str]:
+def ledger_lines(ledger: Ledger, style: Style = click.style) -> list[str]:
     head = (f"tool calls: {len(ledger.entries)} ({len(ledger.completed)} completed, "
             f"{len(ledger.pending)} pending)")
-    lines = [click.style(head, bold=True)]
+    lines = [style(head, bold=True)]
     if ledger.entries:
-        rows = [[e.call_id, e.name, _clip(e.arguments, 40), f"#{e.issued_in}",
-                 e.status + (f" in #{e.answered_in}" if e.answered_in is not None else ""),
-                 _clip(e.result or "-", 40)] for e in ledger.entries]
+        rows = [[_p(cell) for cell in (
+                    e.call_id, e.name, _clip(e.arguments, 40), f"#{e.issued_in}",
+                    e.status + (f" in #{e.answered_in}" if e.answered_in is not None else ""),
+                    _clip(e.result or "-", 40))] for e in ledger.entries]
         lines += ["  " + line for line in table(rows, ["call id", "tool", "arguments", "issued in",
                                                        "status", "result"])]
     for seq, call_id, name in ledger.unmatched_results:
-        lines.append(f"  result in #{seq} for {call_id} ({name or '?'}): no recorded response "
-                     "issued that call")
+        lines.append(f"  result in #{seq} for {_p(call_id)} ({_p(name or '?')}): no recorded "
+                     "response issued that call")
     return lines
 
 
 def _message_line(m: Message) -> list[str]:
     role = m.role if m.result_for is None else f"tool result {m.result_for or m.result_name or ''}"
-    out = [(f"  [{role}] {excerpt(m.text, 200)}") if m.text else f"  [{role}]"]
-    out += [f"      → {c.name}({_clip(c.arguments, 120)}) {c.call_id}" for c in m.tool_calls]
+    out = [(f"  [{_p(role)}] {_p(excerpt(m.text, 200))}") if m.text else f"  [{_p(role)}]"]
+    out += [f"      → {_p(c.name)}({_p(_clip(c.arguments, 120))}) {_p(c.call_id)}"
+            for c in m.tool_calls]
     return out
 
 
 def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
-                   frames: bool) -> list[str]:
+                   frames: bool, style: Style = click.style) -> list[str]:
+    """One exchange whole; every text from the run escaped (a multi-line
+    text or reasoning shown line by line)."""
     req, resp = view.request, view.response
-    status = f"{row.status}" if row.status is not None else f"no response ({row.ending})"
-    lines = [click.style(f"exchange {row.seq}: {row.method} {row.target} -> {status}", bold=True),
-             (f"  origin {exchange.origin}, connection {exchange.connection_id}, started "
+    status = f"{row.status}" if row.status is not None else f"no response ({_p(row.ending)})"
+    lines = [style(f"exchange {row.seq}: {_p(row.method)} {_p(row.target)} -> {status}",
+                   bold=True),
+             (f"  origin {_p(exchange.origin)}, connection {exchange.connection_id}, started "
               f"+{ms(row.offset_ns)}, ttfb {ms(row.ttfb_ns)}, duration {ms(row.duration_ns)}, "
-              f"{row.frames} frames, {human_bytes(row.bytes)}, ended {row.ending}")]
+              f"{_n(row.frames, 'frame')}, {human_bytes(row.bytes)}, ended {_p(row.ending)}")]
     if exchange.error:
-        lines.append(click.style(f"  error: {exchange.error}", fg="red"))
+        lines.append(style(f"  error: {_p(exchange.error)}", fg="red"))
     lines.append(
-        click.style(
-            f"request ({req.format}): model {req.model or '-'}"
+        style(
+            f"request ({_p(req.format)}): model {_p(req.model or '-')}"
             f"{', streamed' if req.streamed else ''}, "
-            f"{len(req.messages)} message(s)"
-            + (f", tools: {', '.join(req.tools)}" if req.tools else "")
-            + (f", {req.inputs} input(s)" if req.inputs is not None else ""),
+            f"{_n(len(req.messages), 'message')}"
+            + (f", tools: {_p(', '.join(req.tools))}" if req.tools else "")
+            + (f", {_n(req.inputs, 'input')}" if req.inputs is not None else ""),
             bold=True,
         )
     )
     if req.system:
-        lines.append(f"  [system] {excerpt(req.system, 200)}")
+        lines.append(f"  [system] {_p(excerpt(req.system, 200))}")
     for m in req.messages:
         lines += _message_line(m)
-    lines += [f"  note: {n}" for n in req.notes]
+    lines += [f"  note: {_p(n)}" for n in req.notes]
     if resp is None:
         return lines
     usage = resp.usage
     tokens = (f", tokens {usage.input_tokens} in / {usage.output_tokens} out / {usage.total} total"
               if usage else "")
-    lines.append(click.style(
-        f"response ({resp.format}{', streamed' if resp.streamed else ''}, {resp.events} "
-        f"event(s)): model {resp.model or '-'}, stop {resp.stop_reason or '-'}{tokens}", bold=True))
+    lines.append(style(
+        f"response ({_p(resp.format)}{', streamed' if resp.streamed else ''}, "
+        f"{_n(resp.events, 'event')}): model {_p(resp.model or '-')}, "
+        f"stop {_p(resp.stop_reason or '-')}{tokens}",
+        bold=True))
     if resp.reasoning:
         lines.append("  reasoning:")
-        lines += ["    " + line for line in resp.reasoning.splitlines()]
+        lines += ["    " + _p(line, keep="\t") for line in resp.reasoning.splitlines()]
     if resp.text:
         lines.append("  text:")
-        lines += ["    " + line for line in resp.text.splitlines()]
+        lines += ["    " + _p(line, keep="\t") for line in resp.text.splitlines()]
     if resp.vectors is not None:
-        lines.append(f"  {resp.vectors} vector(s) of {resp.dimensions} dimensions")
+        lines.append(f"  {_n(resp.vectors, 'vector')} of {resp.dimensions} dimensions")
     for c in resp.tool_calls:
-        lines.append(f"  tool call {c.call_id or '(no id)'}: {c.name}({c.arguments})"
-                     + (f" [{c.kind}]" if c.kind != "function" else ""))
+        lines.append(f"  tool call {_p(c.call_id or '(no id)')}: {_p(c.name)}({_p(c.arguments)})"
+                     + (f" [{_p(c.kind)}]" if c.kind != "function" else ""))
     for e in resp.errors:
-        lines.append(click.style(f"  error{' (in-band)' if e.in_band else ''}"
-                                 f"{' ' + e.type if e.type else ''}: {e.message}", fg="red"))
+        lines.append(style(f"  error{' (in-band)' if e.in_band else ''}"
+                           f"{' ' + _p(e.type) if e.type else ''}: {_p(e.message)}", fg="red"))
     if resp.unknown_events:
-        lines.append("  unknown events: " + ", ".join(f"{n} ×{c}" for n, c in resp.unknown_events))
-    lines += [f"  note: {n}" for n in resp.notes]
+        lines.append("  unknown events: " + ", ".join(f"{_p(n)} ×{c}"
+                                                      for n, c in resp.unknown_events))
+    lines += [f"  note: {_p(n)}" for n in resp.notes]
     if frames and exchange.response is not None:
-        lines.append(click.style(f"frames ({len(exchange.response.frames)}):", bold=True))
+        lines.append(style(f"frames ({len(exchange.response.frames)}):", bold=True))
         for i, f in enumerate(exchange.response.frames):
             lines.append(f"  #{i} +{f.offset_ns / 1e6:.1f} ms {len(f.data)} B "
-                         f"{f.data.decode('utf-8', 'backslashreplace')!r}")
+                         f"{_p(repr(f.data.decode('utf-8', 'backslashreplace')))}")
     return lines
 
 

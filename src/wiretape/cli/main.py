@@ -42,7 +42,8 @@ def _say(line: str) -> None:
 
 
 def _fail(exc: WiretapeError) -> None:
-    _say(f"wiretape: error: {exc}")
+    # One line, whatever text from a run file it quotes.
+    _say(f"wiretape: error: {render.printable(str(exc))}")
     sys.exit(exc.exit_code)
 
 
@@ -338,7 +339,8 @@ def _confirm_recorded_command(path: Path) -> None:
             f"run {elsewhere.run_id} was recorded {elsewhere.who()}, not here: its command "
             f"({shown}, in {where}) is not run without asking; pass --yes to run it, or give "
             "the command to run after --")
-    _say(f"wiretape: run {elsewhere.run_id} was recorded {elsewhere.who()}, not by you here.")
+    _say(render.printable(f"wiretape: run {elsewhere.run_id} was recorded {elsewhere.who()}, "
+                          "not by you here."))
     _say(f"wiretape: replaying it runs its recorded command in {where}, against files "
          "restored from the run (they come from the run, not from you):")
     _say(f"    {shown}")
@@ -529,7 +531,7 @@ def ls_runs(as_json: bool) -> None:
     from wiretape.store.locate import runs_dir
     from wiretape.store.runfile import RunFile
 
-    rows, data = [], []
+    rows, data, skipped = [], [], 0
     for path in sorted(runs_dir().glob("*.wtape")):
         try:
             with RunFile.open(path) as rf:
@@ -539,18 +541,21 @@ def ls_runs(as_json: bool) -> None:
         except Exception as exc:  # a damaged or hostile file: one line, and go on
             reason = str(exc) if isinstance(exc, WiretapeError) else (
                 f"cannot read run file {path}: {type(exc).__name__}: {exc}; the file is damaged")
-            _say(f"wiretape: skipping {render.printable(str(path))}: {render.printable(reason)}")
+            _say(f"wiretape: skipped: {render.printable(reason)}")
+            skipped += 1
             continue
         latest = _verdict_word(v)
         exit_status = "-" if info.exit_status is None else str(info.exit_status)
-        rows.append([info.run_id, when, argv[:40] or "(serve)", str(count), exit_status,
-                     latest if v is None else f"{latest} (exit {v.exit_code})"])
+        rows.append([render.printable(info.run_id), when, argv[:40] or "(serve)", str(count),
+                     exit_status, latest if v is None else f"{latest} (exit {v.exit_code})"])
         data.append({"run_id": info.run_id, "path": str(path), "started_at_ns": info.started_at_ns,
                      "argv": list(info.argv), "exchanges": count, "exit_status": info.exit_status,
                      "last_verdict": latest,
                      "last_verdict_exit_code": v.exit_code if v is not None else None})
     if as_json:
         click.echo(json.dumps(data, indent=2))
+    elif not rows and skipped:
+        click.echo(f"no readable runs under {runs_dir()} ({skipped} skipped: see above)")
     elif not rows:
         click.echo(f"no runs under {runs_dir()}")
     else:

@@ -21,17 +21,80 @@ if TYPE_CHECKING:
     from wiretape.playback.verdict import Verdict
 
 
+#: What is never printed as it is: C0 and C1 control characters (a
+#: terminal acts on ESC, BEL, CR ...), the bidirectional overrides (they
+#: reorder what is shown), and lone surrogates (bytes that were not UTF-8).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def printable(text: str) -> str:
-    """``text`` safe to print: a byte that was not UTF-8 in a file name or
-    argument (kept as a lone surrogate, PEP 383) is shown as ``\\xe9``."""
-    def escaped(match: re.Match[str]) -> str:
-        code = ord(match.group())
-        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (PEP 383)
+        return f"\\x{code - 0xDC00:02x}"
+    if code > 0xFF:
+        return f"\\u{code:04x}"
+    return _NAMED.get(char, f"\\x{code:02x}")
 
-    return _SURROGATE.sub(escaped, text)
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` from a run file safe to print: control characters (ESC, BEL,
+    CR, newline, C1 ...), bidirectional overrides and bytes that were not
+    UTF-8 are shown as escapes (``\\x1b``, ``\\n``, ``\\xe9``), except those in
+    ``keep`` (``"\\n\\t"`` where a body is shown on several lines on purpose)."""
+    if not keep:
+        return _UNPRINTABLE.sub(_escaped, text)
+    return _UNPRINTABLE.sub(lambda m: m.group() if m.group() in keep else _escaped(m), text)
+
+
+def json_text(value: object) -> str:
+    """``value`` as indented JSON that keeps its non-ASCII text, with every
+    character a terminal would act on (C1 controls, DEL, bidirectional
+    overrides; JSON itself escapes C0) and every lone surrogate written as a
+    JSON escape, which reads back as the same string."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _UNPRINTABLE.sub(lambda m: m.group() if m.group() == "\n"
+                            else f"\\u{ord(m.group()):04x}", text)
+
+
+def surrogates_escaped(text: str) -> str:
+    """``text`` with only its lone surrogates escaped (a file that is not
+    printed to a terminal: the HTML report)."""
+    return _SURROGATE.sub(_escaped, text)
+
+
+class Escaped:
+    """Printing lines that hold text from a run file, styled: ``style`` (in
+    place of ``click.style``) marks where a style begins and ends with a
+    token no run file can hold, and calling the object on a line escapes
+    every control character in it (:func:`printable`, keeping newlines and
+    tabs) before the marks become the styles. So a run's own escape
+    sequences are shown as text, and only wiretape's styles reach the
+    terminal."""
+
+    def __init__(self) -> None:
+        import secrets
+
+        self._nonce = "wiretape-style-" + secrets.token_hex(8)
+        self._styles: list[tuple[str, str]] = []
+        self._mark = re.compile(re.escape(self._nonce) + r"(\d+)([oc])")
+
+    def style(self, text: str, **styles: object) -> str:
+        before, _, after = click.style("\x00", **styles).partition("\x00")  # type: ignore[arg-type]
+        self._styles.append((before, after))
+        n = len(self._styles) - 1
+        return f"{self._nonce}{n}o{text}{self._nonce}{n}c"
+
+    def __call__(self, line: str) -> str:
+        out, at = [], 0
+        for mark in self._mark.finditer(line):
+            out.append(printable(line[at:mark.start()], keep="\n\t"))
+            out.append(self._styles[int(mark.group(1))][mark.group(2) == "c"])
+            at = mark.end()
+        out.append(printable(line[at:], keep="\n\t"))
+        return "".join(out)
 
 
 def command_line(argv: Sequence[str]) -> str:
@@ -60,6 +123,9 @@ def record_summary(result: RecordResult) -> list[str]:
         f"{'s' if result.exchanges != 1 else ''}, {human_bytes(result.body_bytes)}, "
         f"{result.duration_s:.1f} s -> {result.path}"
     ]
+    if result.made_folder is not None:
+        lines.append(f"wiretape: made the folder {printable(str(result.made_folder))} for the "
+                     "run file (it did not exist)")
     if result.refused:
         counts: dict[tuple[int, str], int] = {}
         for key in result.refused:
@@ -126,19 +192,24 @@ def write_failure_line(result: RecordResult) -> str:
 
 
 def verdict_line(v: Verdict) -> str:
-    return v.line()
+    """The verdict's line, every text from the run or the replay escaped."""
+    return printable(v.line())
 
 
 def explanation_lines(explanation: ExplanationJSON) -> list[str]:
-    """The body of one divergence block, coloured for a terminal."""
+    """The body of one divergence block, coloured for a terminal, its texts
+    escaped."""
     from wiretape.playback import text
 
-    return text.explanation_lines(explanation, click.style)
+    escaped = Escaped()
+    return [escaped(line) for line in text.explanation_lines(explanation, escaped.style)]
 
 
 def verdict_details(v: Verdict) -> list[str]:
-    """The divergence report, coloured for a terminal."""
-    return v.details(click.style)
+    """The divergence report, coloured for a terminal; the recorded and
+    replayed texts in it (bodies, output, file names) are escaped."""
+    escaped = Escaped()
+    return [escaped(line) for line in v.details(escaped.style)]
 
 
 def verdict_json(v: Verdict) -> str:
@@ -159,27 +230,32 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
 
 def run_heading(info: RunInfo, path: str) -> list[str]:
     argv = command_line(info.argv) if info.argv else "(serve)"
-    origins = ", ".join(f"{o.name}={o.upstream} (port {o.port})" for o in info.origins)
+    origins = printable(", ".join(f"{o.name}={o.upstream} (port {o.port})"
+                                  for o in info.origins))
     user, host = info.extra.get("recorded_user"), info.extra.get("recorded_host")
     by = [f"  recorded by: {printable(str(user))} on {printable(str(host))}"] if user else []
-    return [f"run {info.run_id}  {printable(path)}", f"  command: {argv}",
+    return [f"run {printable(info.run_id)}  {printable(path)}", f"  command: {argv}",
             f"  cwd: {printable(info.cwd)}", *by,
             f"  started: {when(info.started_at_ns)}  exit status: {info.exit_status}",
             f"  origins: {origins}"]
 
 
 def diff_lines(result: RunDiff, name_a: str, name_b: str) -> list[str]:
-    """A run diff for a person: one block per differing pair, then a summary."""
+    """A run diff for a person: one block per differing pair, then a summary;
+    every text from the runs escaped."""
+    from wiretape.playback import text
+
+    escaped = Escaped()
     lines = []
     for pair in result.pairs:
-        route = f"{pair.a.request.method.decode()} {pair.a.request.path.decode('latin-1')}"
+        route = (f"{pair.a.request.method.decode('latin-1')} "
+                 f"{pair.a.request.path.decode('latin-1')}")
         if pair.explanation is None:
-            lines.append(f"#{pair.a.seq} <-> #{pair.b.seq} {route}: same")
+            lines.append(f"#{pair.a.seq} <-> #{pair.b.seq} {printable(route)}: same")
             continue
-        lines.append(
-            click.style(f"#{pair.a.seq} <-> #{pair.b.seq} {route}: differs", fg="red", bold=True)
-        )
-        lines.extend(explanation_lines(pair.explanation.to_json()))
+        lines.append(escaped.style(f"#{pair.a.seq} <-> #{pair.b.seq} {printable(route)}: differs",
+                                   fg="red", bold=True))
+        lines.extend(text.explanation_lines(pair.explanation.to_json(), escaped.style))
     from wiretape.inspect.summary import request_summary
 
     for label, name, items in (
@@ -187,10 +263,12 @@ def diff_lines(result: RunDiff, name_a: str, name_b: str) -> list[str]:
         ("only in", name_b, result.only_b),
     ):
         for e in items:
-            lines.append(click.style(f"#{e.seq} {e.request.method.decode()} "
-                                     f"{e.request.target.decode('latin-1')}: {label} {name}",
-                                     fg="yellow") + f": {request_summary(e.request)}")
-    lines.append(f"wiretape: diff {name_a} -> {name_b}: {len(result.pairs)} paired exchanges, "
-                 f"{result.same} same, {result.differ} differ; {len(result.only_a)} only in "
-                 f"{name_a}, {len(result.only_b)} only in {name_b}")
-    return lines
+            what = printable(f"#{e.seq} {e.request.method.decode('latin-1')} "
+                             f"{e.request.target.decode('latin-1')}: {label} {name}")
+            lines.append(escaped.style(what, fg="yellow")
+                         + f": {printable(request_summary(e.request))}")
+    lines.append(printable(
+        f"wiretape: diff {name_a} -> {name_b}: {len(result.pairs)} paired exchange"
+        f"{'s' if len(result.pairs) != 1 else ''}, {result.same} same, {result.differ} "
+        f"differ; {len(result.only_a)} only in {name_a}, {len(result.only_b)} only in {name_b}"))
+    return [escaped(line) for line in lines]

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wiretape.errors import WiretapeError
+from wiretape.cli.render import printable
+from wiretape.errors import UsageError, WiretapeError
 
 if TYPE_CHECKING:
     from wiretape.scrub.runs import ScrubReport
@@ -22,29 +23,39 @@ def _counts(report: ScrubReport) -> str:
     return ", ".join(f"{place} {n}" for place, n in sorted(report.counts.items()))
 
 
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def _where(location: str) -> str:
-    """A fact's place for people: ``stdout``, ``snapshot files (notes.txt)``."""
+    """A fact's place for people: ``stdout``, ``snapshot files (notes.txt)``;
+    a name from the run escaped."""
     from wiretape.scrub.runs import place_of
 
     _, _, detail = location.partition(":")
-    return place_of(location) + (f" ({detail})" if detail else "")
+    return printable(place_of(location) + (f" ({detail})" if detail else ""))
 
 
 def _runs(refs: tuple[str, ...]) -> list[str]:
-    """Run ids and files as given; a folder: every run file under it."""
+    """Run ids and files as given; a folder: every run file under it.
+    Raises UsageError for a folder that holds none."""
     out = []
     for ref in refs:
         folder = Path(ref)
         if folder.is_dir():
             found = sorted(str(p) for p in folder.rglob("*.wtape") if p.is_file())
-            out.extend(found or [ref])
+            if not found:
+                raise UsageError(f"no run files (*.wtape) in {ref}: give run files, run ids or "
+                                 "folders that hold run files")
+            out.extend(found)
         else:
             out.append(ref)
     return out
 
 
 def _few(items: list[str], n: int = 4) -> str:
-    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+    return printable(", ".join(items[:n])) + (f" and {len(items) - n} more"
+                                              if len(items) > n else "")
 
 
 @click.command()
@@ -94,21 +105,23 @@ def scrub(run: str, matches: tuple[str, ...], rules_file: Path | None, include: 
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     total = sum(report.counts.values())
-    click.echo(f"wiretape: scrubbed {report.path}: {total} replacement(s)"
+    click.echo(f"wiretape: scrubbed {report.path}: "
+               f"{_plural(total, 'replacement', 'replacements')}"
                + (f" ({_counts(report)})" if total else ""), err=True)
     if report.recoded:
-        click.echo(f"wiretape: {report.recoded} coded body(ies) decoded and coded again "
-                   "(stored blocks)", err=True)
+        click.echo(f"wiretape: {_plural(report.recoded, 'coded body', 'coded bodies')} decoded "
+                   "and coded again (stored blocks)", err=True)
     if report.dropped:
         click.echo(f"wiretape: dropped from the snapshots: {_few(list(report.dropped))}",
                    err=True)
     if report.binary:
-        click.echo(f"wiretape: {len(report.binary)} binary file(s) copied as they are: "
-                   f"{_few(report.binary)}", err=True)
+        click.echo(f"wiretape: {_plural(len(report.binary), 'binary file', 'binary files')} "
+                   f"copied as they are: {_few(report.binary)}", err=True)
     for fact in report.in_binary:
-        click.echo(f"wiretape: warning: {fact.location} is binary and holds a secret "
-                   f"({fact.name} {fact.fingerprint}): it cannot be rewritten; drop it with "
-                   f"--drop {fact.location.split(':', 1)[-1]}", err=True)
+        click.echo(printable(
+            f"wiretape: warning: {fact.location} is binary and holds a secret ({fact.name} "
+            f"{fact.fingerprint}): it cannot be rewritten; drop it with --drop "
+            f"{fact.location.split(':', 1)[-1]}"), err=True)
 
 
 @click.command()
@@ -142,7 +155,7 @@ def scan(runs: tuple[str, ...], matches: tuple[str, ...], rules_file: Path | Non
         try:
             report = scan_run(resolve_run(ref), rules)
         except WiretapeError as exc:
-            click.echo(f"wiretape: error: {exc}", err=True)
+            click.echo(f"wiretape: error: {printable(str(exc))}", err=True)
             failed = True
             continue
         reports.append(report)
@@ -151,19 +164,21 @@ def scan(runs: tuple[str, ...], matches: tuple[str, ...], rules_file: Path | Non
         if not report.found:
             click.echo(f"{report.path}: clean")
         for fact in report.facts:
-            click.echo(f"{report.path}: {_where(fact.location)}: {fact.name} {fact.fingerprint}")
+            click.echo(f"{report.path}: {_where(fact.location)}: {printable(fact.name)} "
+                       f"{fact.fingerprint}")
         for path, reason in report.dropped.items():
-            click.echo(f"{report.path}: snapshot holds {path} ({reason}; a recording leaves it "
-                       "out now)")
+            click.echo(f"{report.path}: snapshot holds {printable(path)} ({reason}; a recording "
+                       "leaves it out now)")
         for fact in report.in_binary:
             click.echo(f"{report.path}: {_where(fact.location)} (binary, cannot be rewritten: "
-                       f"scrub --drop it): {fact.name} {fact.fingerprint}")
+                       f"scrub --drop it): {printable(fact.name)} {fact.fingerprint}")
         for fact in report.loose:
             click.echo(f"{report.path}: file bytes outside any record: {fact.name} "
                        f"{fact.fingerprint}")
         if report.binary and not report.in_binary:
-            click.echo(f"{report.path}: {len(report.binary)} binary file(s), no key shape in "
-                       f"them: {_few(report.binary)}")
+            click.echo(f"{report.path}: "
+                       f"{_plural(len(report.binary), 'binary file', 'binary files')}, no key "
+                       f"shape in them: {_few(report.binary)}")
     if as_json:
         click.echo(json.dumps([r.to_json() for r in reports], indent=2))
     found = any(r.found for r in reports)

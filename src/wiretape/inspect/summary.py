@@ -53,10 +53,13 @@ def first_words(text: str, n: int = _WORDS) -> str:
 
 def request_summary(request: Request) -> str:
     """E.g. ``model gpt-4o-mini, last message tool: "apples: 17 pears: 25"``."""
+    from wiretape.inspect.formats.requests import decoded
+
+    raw, undecoded = decoded(request)
     try:
-        body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
-        return f"{len(request.body)} bytes, not JSON" if request.body else "no body"
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return undecoded or (f"{len(raw)} bytes, not JSON" if raw else "no body")
     if not isinstance(body, dict):
         return "JSON body"
     parts = []

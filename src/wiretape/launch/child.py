@@ -74,6 +74,7 @@ class Child:
     stopped: str | None = None
     _pumps: list[threading.Thread] = field(default_factory=list)
     _terminal: int | None = None  # the terminal given to the agent's group, to take back
+    _echoes: tuple[BinaryIO, ...] = ()  # where its stdout and stderr are echoed
 
     @classmethod
     async def start(
@@ -100,6 +101,7 @@ class Child:
         out = echo_stdout if echo_stdout is not None else sys.stdout.buffer
         err = echo_stderr if echo_stderr is not None else sys.stderr.buffer
         assert process.stdout is not None and process.stderr is not None
+        child._echoes = (out, err)
         for name, stream, echo, keep in (("stdout", process.stdout, out, child.stdout),
                                          ("stderr", process.stderr, err, child.stderr)):
             thread = threading.Thread(target=_pump, args=(stream, echo, keep),
@@ -124,6 +126,14 @@ class Child:
                                 strict=False):
             if pipe is not None and not thread.is_alive():
                 pipe.close()
+        # An agent stopped mid-line: what wiretape prints next (the verdict,
+        # --json) starts on a line of its own. The kept output is unchanged.
+        done = not any(thread.is_alive() for thread in self._pumps)
+        for echo, kept in zip(self._echoes, (self.stdout, self.stderr), strict=False):
+            if done and kept and not kept.endswith(b"\n"):
+                with contextlib.suppress(OSError, ValueError):
+                    echo.write(b"\n")
+                    echo.flush()
         exit_status = status if status >= 0 else 128 - status  # killed by signal N -> 128 + N
         return ChildResult(exit_status, bytes(self.stdout), bytes(self.stderr), self.stopped)
 

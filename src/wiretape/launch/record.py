@@ -58,6 +58,7 @@ from wiretape.scrub.places import (
     redact_info,
     rules_redactor,
     secrets_file_values,
+    stored_secrets_values,
     unique,
 )
 from wiretape.snapshot.tree import (
@@ -107,6 +108,8 @@ class RecordResult:
     #: False when the run's end (exit status, output, what the agent
     #: changed) could not be stored
     end_saved: bool = True
+    #: the outermost folder made to hold the run file (``-o new/dir/x.wtape``)
+    made_folder: Path | None = None
 
     @property
     def complete(self) -> bool:
@@ -269,6 +272,8 @@ class _Recording:
     #: failure is ``recorder.write_failure``)
     write_error: RunFileWriteError | None = None
     interrupted: int | None = None
+    #: the outermost folder made to hold the run file, if any
+    made_folder: Path | None = None
 
     def count_status(self, exchange: Exchange) -> None:
         """Note a stored exchange's status when it is an error (400 or more)."""
@@ -286,7 +291,8 @@ class _Recording:
                             error_statuses=dict(sorted(self.error_statuses.items())),
                             write_error=self.recorder.write_failure or self.write_error,
                             not_saved=stats.not_saved, refused_unsaved=stats.refused,
-                            interrupted=self.interrupted, end_saved=self.write_error is None)
+                            interrupted=self.interrupted, end_saved=self.write_error is None,
+                            made_folder=self.made_folder)
 
 
 async def _prepare_record(
@@ -314,15 +320,17 @@ async def _prepare_record(
     # Folders made for the run file, and the files wiretape's own output
     # goes to (`wiretape record -- agent > log.txt`), are wiretape's
     # changes, not the agent's.
-    made_for_run = (frozenset(p for p in path.absolute().parents if not p.exists())
-                    | own_output_files())
+    missing = [p for p in path.absolute().parents if not p.exists()]
+    made_for_run = frozenset(missing) | own_output_files()
     taken = take_snapshots(roots, exclude=store_paths(path) | own_output_files(),
                            max_bytes=snapshot_max, policy=snapshot_policy)
-    # The values of secret-named variables and of the secrets files left
-    # out are secrets wherever else they turn up.
+    # The values of secret-named variables and of the secrets files, left
+    # out or taken on request (--snapshot-include .env), are secrets
+    # wherever else they turn up (and in the snapshot's copy of the file).
     rules = STANDARD.with_literals(
         [*secret_values(os.environ),
-         *(value for root, _, left in taken for value in secrets_file_values(root, left))])
+         *(value for root, _, left in taken for value in secrets_file_values(root, left)),
+         *(value for _, entries, _ in taken for value in stored_secrets_values(entries))])
     facts = Facts()
     redact = rules_redactor(rules, facts)
     taken = [(root, redact_entries(entries, redact), left) for root, entries, left in taken]
@@ -384,7 +392,8 @@ async def _prepare_record(
     session = _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run,
                          recorder, listeners, connect, origins, env, names, snapshot_ids,
                          made_for_run, rules=rules, policy=snapshot_policy,
-                         left_out=[(root, left) for root, _, left in taken])
+                         left_out=[(root, left) for root, _, left in taken],
+                         made_folder=missing[-1] if missing and out is not None else None)
     return session
 
 

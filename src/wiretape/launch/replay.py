@@ -477,6 +477,7 @@ async def _prepare_replay(
                          "to the providers' own hosts, which only an intercepting replay "
                          "answers; drop --no-intercept")
     exchanges = run.exchanges()
+    run.outcome_changes()  # a damaged recorded outcome is refused before the agent runs
     command, sandbox, launch = _plan_replay(stack, run, path, info, argv, settings, cwd=cwd,
                                             serve_only=until is not None)
     stopping = _Stopping(until or asyncio.Event())

@@ -22,13 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wiretape.errors import RunFileError
+from wiretape.errors import UsageError
 from wiretape.matching import correspond
 from wiretape.matching.correspond import Learned
 from wiretape.matching.volatile import VolatileComparison, compare_volatile, equal_up_to
 from wiretape.model import FileDifference, FilesFacet, FileSides, FileVolatile
 from wiretape.playback.decide import Substitution
-from wiretape.snapshot.restore import restore
+from wiretape.snapshot.restore import check_roots, restore, system_folder
 from wiretape.snapshot.tree import (
     DEFAULT_EXCLUDES,
     LEGACY,
@@ -73,6 +73,8 @@ class Sandbox:
     home: Path | None = None
     #: what the recording's snapshots took: the agent's changes are read the same way
     policy: SnapshotPolicy = LEGACY
+    #: the run file the snapshots came from (named in messages)
+    source: Path | None = None
     _after: dict[int, dict[str, Entry]] = field(default_factory=dict)
 
     @classmethod
@@ -83,11 +85,10 @@ class Sandbox:
         RunFileError for unsafe entries (the directory is removed). What
         the snapshots left out is not there, and is not looked at after
         the agent ran either (``policy``)."""
-        home_path = _recorded_root(home, source, "home directory") if home else None
-        for _, original, _ in snapshots:
-            _recorded_root(original, source, "snapshot root")
+        home_path = _home(home)
+        check_roots([original for _, original, _ in snapshots], source)
         root = Path(tempfile.mkdtemp(prefix=PREFIX))
-        box = cls(root, policy=policy)
+        box = cls(root, policy=policy, source=source)
         try:
             (root / PID_FILE).write_text(_process_mark(os.getpid()) or str(os.getpid()))
             for index, (snapshot_id, original, entries) in enumerate(snapshots):
@@ -104,8 +105,26 @@ class Sandbox:
             raise
         return box
 
-    def binds(self) -> list[tuple[str, str]]:
-        """(sandbox copy, original path) pairs for same-path bind mounts."""
+    def binds(self, path: str | None = None) -> list[tuple[str, str]]:
+        """(sandbox copy, original path) pairs for same-path bind mounts.
+        Raises UsageError when a copy would cover a system folder
+        (``snapshot.restore.system_folder``) or a folder on ``path``
+        (default: this process's ``PATH``): the run's files would stand in
+        for the system's or the user's programs there."""
+        for c in self.copies:
+            if system_folder(str(c.original)):
+                raise UsageError(
+                    f"run file {self.source}: its snapshot root {c.original} is a system "
+                    "folder: shown at the original paths, the run's files would stand in for "
+                    "the system's own there; replay with --no-same-paths (the snapshot is then "
+                    "restored elsewhere)")
+        for original, folder in shadowed(self.copies, os.environ.get("PATH", "")
+                                         if path is None else path):
+            raise UsageError(
+                f"the snapshot root {original} of run file {self.source} holds {folder}, a "
+                "folder on your PATH: a replay at the original paths would run the run's files "
+                "in place of your programs there; replay with --no-same-paths (or without that "
+                "folder on PATH)")
         return [(str(c.copy), str(c.original)) for c in self.copies]
 
     def tool_folders(self) -> list[tuple[str, str]]:
@@ -286,15 +305,30 @@ def _remove_tree(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _recorded_root(value: str, source: Path, what: str) -> Path:
-    """A path the run file names as a tree's original place: it must be
-    absolute and normalised (no ``..``, ``.`` or doubled ``/``), so that where
-    it is restored is decided by the sandbox alone. Raises RunFileError."""
-    if (not value.startswith("/") or "\x00" in value
-            or posixpath.normpath(value) != value):
-        raise RunFileError(source, f"it names an unsafe {what} {value!r} (not an absolute, "
-                                   "normalised path): it is not a run wiretape wrote")
-    return Path(value)
+def shadowed(copies: Sequence[Copy], path: str) -> list[tuple[Path, str]]:
+    """(snapshot root, folder) for each folder of ``path`` (a ``PATH``
+    value) that a copy shown at its root would cover; folders the tools
+    keep (``.venv/bin``: shown as they are, read-only) do not count."""
+    out = []
+    for folder in path.split(os.pathsep):
+        if not folder.startswith("/"):
+            continue
+        # As written, and as the system resolves it (a link to a folder).
+        for place in {Path(posixpath.normpath(folder)), Path(os.path.realpath(folder))}:
+            for c in copies:
+                if place == c.original or _is_under(place, c.original):
+                    rel = place.relative_to(c.original).parts
+                    if not (rel and rel[0] in TOOL_FOLDERS) and (c.original, folder) not in out:
+                        out.append((c.original, folder))
+    return out
+
+
+def _home(value: str | None) -> Path | None:
+    """This user's home directory, when it is an absolute path a tree can
+    lie under (a snapshot under it keeps its place under a sandbox home)."""
+    if not value or not value.startswith("/"):
+        return None
+    return Path(posixpath.normpath(value))
 
 
 def _is_under(path: Path, parent: Path) -> bool:

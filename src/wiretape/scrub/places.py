@@ -16,7 +16,7 @@ from pathlib import Path
 
 from wiretape.model import Redaction, RunInfo
 from wiretape.redaction import Facts, Rules, dotenv_values, redact_str, redact_text
-from wiretape.snapshot.tree import Entry, LeftOut, is_text
+from wiretape.snapshot.tree import Entry, LeftOut, SnapshotPolicy, is_text
 
 #: Largest secrets file read for values to look for elsewhere.
 _SECRETS_FILE_MAX = 256 * 1024
@@ -66,6 +66,29 @@ def secrets_file_values(root: Path, left_out: Sequence[LeftOut]) -> list[tuple[s
         except OSError:
             continue
         out.extend(dotenv_values(data, item.path))
+    return out
+
+
+#: What makes a secrets file one, whatever a snapshot was told to take.
+_BY_NAME = SnapshotPolicy(binary=True)
+
+
+def is_secrets_file(path: str) -> bool:
+    """Whether the entry at ``path`` is a secrets file (``.env``,
+    ``.npmrc``, a file in ``.aws/``, ...) by its name or its folder's."""
+    return _BY_NAME.path_reason(path) == "secrets"
+
+
+def stored_secrets_values(entries: Iterable[Entry]) -> list[tuple[str, bytes]]:
+    """Values set in the secrets files among ``entries`` (a snapshot told
+    to take ``.env`` with ``--snapshot-include``, or one recorded before
+    secrets files were left out): secrets wherever else they turn up, and
+    in the file itself."""
+    out: list[tuple[str, bytes]] = []
+    for entry in entries:
+        if (entry.kind == "file" and not entry.left_out and is_secrets_file(entry.path)
+                and len(entry.data) <= _SECRETS_FILE_MAX):
+            out.extend(dotenv_values(entry.data, entry.path))
     return out
 
 

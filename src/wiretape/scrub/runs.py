@@ -15,10 +15,12 @@ the rules found, and what the file's bytes hold outside any record.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import re
 import secrets
+import sqlite3
 import tempfile
 import time
 from collections import Counter
@@ -26,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wiretape.errors import RunFileError, UsageError
+from wiretape.errors import RunFileError, RunFileWriteError, UsageError, write_failure_reason
 from wiretape.model import Exchange, Redaction
 from wiretape.redaction import (
     STANDARD,
@@ -37,7 +39,7 @@ from wiretape.redaction import (
     redact_json,
     redact_text,
 )
-from wiretape.scrub.places import unique
+from wiretape.scrub.places import is_secrets_file, stored_secrets_values, unique
 from wiretape.snapshot.tree import SnapshotPolicy
 from wiretape.store.rewrite import rewrite
 from wiretape.store.runfile import RunFile
@@ -207,6 +209,9 @@ def scrub_run(path: Path, rules: Rules, labels: Sequence[str], *, out: Path | No
                          "path, or leave -o out to scrub the run in place")
     with RunFile.open(path) as run:
         recorded_policy, _ = run.snapshot_policy()
+        rules, found_in_files = _with_stored_secrets(run, rules)
+    if found_in_files:
+        labels = [*labels, "secrets files"]
     old = SnapshotPolicy.from_json(recorded_policy)
     policy = SnapshotPolicy(include=tuple(include), binary=True)
     scrubber = _Scrubber(rules, policy, tuple(drop))
@@ -228,12 +233,33 @@ def scrub_run(path: Path, rules: Rules, labels: Sequence[str], *, out: Path | No
         _fsync(tmp)
         os.replace(tmp, target)
         _fsync_dir(target.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):  # a read-only folder: nothing was made there
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, RunFileError) and exc.path == tmp:
+            raise _write_error(target, exc) from exc
+        if isinstance(exc, OSError | sqlite3.Error):
+            raise RunFileWriteError(target, write_failure_reason(exc)) from exc
         raise
     for suffix in ("-wal", "-shm", "-journal"):  # the old file's, if any: never the new one's
         Path(str(target) + suffix).unlink(missing_ok=True)
     return report
+
+
+def _with_stored_secrets(run: RunFile, rules: Rules) -> tuple[Rules, bool]:
+    """``rules`` plus the values set in the secrets files the run's
+    snapshots hold (a ``.env`` a scrub drops, or one taken on request):
+    secrets wherever else the run keeps them, and in the file itself; and
+    whether there were any. Checks the snapshots as a replay would: a run
+    a replay refuses is refused here too (RunFileError)."""
+    snapshots = run.snapshots(contents=is_secrets_file)
+    values = [value for _, _, entries in snapshots for value in stored_secrets_values(entries)]
+    return rules.with_literals(values), bool(values)
+
+
+def _write_error(target: Path, exc: RunFileError) -> RunFileWriteError:
+    """A failure to write the scrub's temporary copy, said of the run."""
+    return RunFileWriteError(target, exc.reason)
 
 
 def scan_run(path: Path, rules: Rules = STANDARD) -> ScrubReport:
@@ -241,6 +267,8 @@ def scan_run(path: Path, rules: Rules = STANDARD) -> ScrubReport:
     every place a scrub would rewrite, snapshot entries a snapshot leaves
     out today, and secrets in the file's bytes outside any record (free
     pages, a journal beside it). Raises RunFileError."""
+    with RunFile.open(path) as run:
+        rules, _ = _with_stored_secrets(run, rules)
     scrubber = _Scrubber(rules, SnapshotPolicy(binary=True))
     with tempfile.TemporaryDirectory(prefix="wiretape-scan-") as tmp:
         rewrite(Path(path), Path(tmp) / "copy.wtape", scrubber)

@@ -101,6 +101,16 @@ class SnapshotPolicy:
                 return reason
         return None
 
+    def path_reason(self, path: str) -> Reason | None:
+        """Why the entry at ``path`` is left out by its name or by a folder
+        it is in (None: it is taken)."""
+        parts = path.split("/")
+        for i, name in enumerate(parts):
+            reason = self.reason("/".join(parts[:i + 1]), name)
+            if reason is not None:
+                return reason
+        return None
+
 
 #: Take everything but the regenerated folders (runs recorded before policies).
 LEGACY = SnapshotPolicy(guarded=False, binary=True)

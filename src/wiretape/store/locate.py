@@ -70,4 +70,8 @@ def resolve_run(ref: str, base: Path | None = None) -> Path:
     store = runs_dir(base)
     if _RUN_ID.match(ref) and (store / f"{ref}.wtape").is_file():
         return store / f"{ref}.wtape"
+    if candidate.is_dir():
+        raise RunNotFound(ref, store, "is a folder, not a run file")
+    if candidate.exists():  # a FIFO, a socket, a device: never opened
+        raise RunNotFound(ref, store, "is not a regular file")
     raise RunNotFound(ref, store)

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from wiretape.errors import RunFileError
+from wiretape.errors import RunFileError, RunFileWriteError, write_failure_reason
 from wiretape.model import Exchange, Redaction
 from wiretape.snapshot.tree import is_text
 from wiretape.store import blobs, schema
@@ -90,7 +90,7 @@ def rewrite(src_path: Path, dst_path: Path, rw: Rewriter) -> None:
         schema.create(dst)
     except (OSError, sqlite3.Error) as exc:
         reader.close()
-        raise RunFileError(dst_path, str(exc)) from exc
+        raise RunFileWriteError(dst_path, write_failure_reason(exc)) from exc
     writer = RunFile(dst_path, dst, writable=True)
     try:
         with dst:
@@ -113,6 +113,8 @@ def rewrite(src_path: Path, dst_path: Path, rw: Rewriter) -> None:
         dst.close()
         reader.close()
         os.unlink(dst_path)
+        if isinstance(exc, sqlite3.Error) and write_failure_reason(exc) != str(exc):
+            raise RunFileWriteError(dst_path, write_failure_reason(exc)) from exc
         raise RunFileError(src_path, f"{exc}; the file is damaged") from exc
     dst.close()
     reader.close()

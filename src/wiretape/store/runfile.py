@@ -54,6 +54,7 @@ from wiretape.model import (
     ScrubJSON,
     SnapshotPolicyJSON,
 )
+from wiretape.snapshot.restore import check_entries, check_path, check_roots
 from wiretape.snapshot.tree import Change, ChangeJSON, Entry
 from wiretape.store import blobs, schema, shapes
 from wiretape.store.database import connect_read, connect_write, transaction
@@ -645,8 +646,23 @@ class RunFile:
         return snapshot_id
 
     @_damage_is_an_input_error
-    def snapshots(self) -> list[tuple[int, str, list[Entry]]]:
-        """Every snapshot as (id, original root, entries)."""
+    def snapshots(self, *, contents: bool | Callable[[str], bool] = True,
+                  ) -> list[tuple[int, str, list[Entry]]]:
+        """Every snapshot as (id, original root, entries), each checked as
+        a replay would restore it (``snapshot.restore``: safe roots, safe
+        paths within the system's limits, links that stay inside their
+        tree). ``contents``: whether files come with their bytes (False, or
+        a test of the entry's path: to check a run's snapshots without
+        reading all its bodies). Raises RunFileError."""
+        out = self._snapshots(contents)
+        check_roots([root for _, root, _ in out], self.path)
+        for _, root, entries in out:
+            check_entries(entries, self.path, root)
+        return out
+
+    def _snapshots(self, contents: bool | Callable[[str], bool],
+                   ) -> list[tuple[int, str, list[Entry]]]:
+        wanted = contents if callable(contents) else (lambda _path: bool(contents))
         with self._lock:
             roots = self._db.execute("SELECT id, root FROM snapshots ORDER BY id").fetchall()
             out = []
@@ -662,10 +678,11 @@ class RunFile:
                     digest = shapes.optional_text(blob, f"{where}: its body")
                     if kind == "file" and digest is None:
                         raise shapes.StoredValueError(f"{where}: a file with no body")
+                    name = _stored_path(path, f"snapshot {sid}: an entry's path")
                     entries.append(Entry(
-                        _stored_path(path, f"snapshot {sid}: an entry's path"), kind,
-                        shapes.integer(mode, f"{where}: its mode", 0, 0o7777),
-                        blobs.get(self._db, digest, self._cache) if digest else b"",
+                        name, kind, shapes.integer(mode, f"{where}: its mode", 0, 0o7777),
+                        blobs.get(self._db, digest, self._cache) if digest and wanted(name)
+                        else b"",
                         _stored_path(link or "", f"{where}: its link")))
                 out.append((sid, _stored_path(root, f"snapshot {sid}: its root"), entries))
         return out
@@ -712,6 +729,9 @@ class RunFile:
             sid = shapes.integer(snapshot_id, "a recorded change's snapshot")
             change: ChangeJSON = shapes.json_value(detail, ChangeJSON,
                                                    f"a recorded change of snapshot {sid}")
+            # A path the outcome names is a path in the snapshot's tree.
+            check_path(change["path"], self.path,
+                       what=f"it holds a recorded change of snapshot {sid}")
             out.setdefault(sid, []).append(change)
         return out
 

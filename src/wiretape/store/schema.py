@@ -151,6 +151,14 @@ def check(db: sqlite3.Connection, path: Path) -> int:
     if found > SCHEMA_VERSION:
         raise SchemaTooNew(path, found, SCHEMA_VERSION)
     if found <= 0:
+        tables = {str(row[0]) for row in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+        if tables & {"meta", "exchanges", "blobs"}:
+            said = "missing (0)" if found == 0 else f"invalid ({found})"
+            raise RunFileError(path, f"it holds a run's tables but its schema version is "
+                                     f"{said}: it was edited or damaged, and is not read "
+                                     "(record the run again, or ask its author for the "
+                                     "original)")
         raise RunFileError(path, "it is an SQLite file but not a wiretape run (it has no run "
                                  "schema); give the path of a .wtape file")
     problem = schema_problem(db, ddl(found))

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wiretape.errors import WiretapeError
+from wiretape.errors import Interrupted, WiretapeError
 from wiretape.inspect.verdicts import verdict_of
 from wiretape.launch.trust import Elsewhere, recorded_elsewhere
 from wiretape.playback.verdict import Verdict
@@ -138,6 +138,9 @@ async def check_runs(
                                        "command is not run without --yes"), job.index)
     running: dict[asyncio.Task[CheckResult], _Job] = {}
     busy: set[int] = set()
+    # SIGTERM stops the check as Ctrl-C does: its replays are stopped (each
+    # passes the signal on to its agent's group) and its copies removed.
+    stopped = _stop_on_sigterm()
     with tempfile.TemporaryDirectory(prefix="wiretape-check-") as scratch:
         try:
             while waiting or running:
@@ -156,12 +159,55 @@ async def check_runs(
                     job = running.pop(task)
                     busy -= job.ports
                     finished(task.result(), job.index)
+        except asyncio.CancelledError:
+            if stopped.signum is None:
+                raise
         finally:
             for task in running:
                 task.cancel()
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
+            stopped.close()
+    if stopped.signum is not None:
+        raise Interrupted(stopped.signum, "while checking: its replays were stopped")
     return [r for r in results if r is not None]
+
+
+@dataclass
+class _Stopped:
+    """A signal handler that cancels the running task (the check), and the
+    signal it met."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+    signum: int | None = None
+
+    def close(self) -> None:
+        if self.loop is not None:
+            with contextlib.suppress(ValueError, RuntimeError):
+                self.loop.remove_signal_handler(signal.SIGTERM)
+            self.loop = None
+
+
+def _stop_on_sigterm() -> _Stopped:
+    """SIGTERM cancels the current task, once, and is remembered (where the
+    loop can take a handler: the main thread)."""
+    stopped = _Stopped()
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if task is None:
+        return stopped
+
+    def on_signal() -> None:
+        if stopped.signum is None:
+            stopped.signum = signal.SIGTERM
+            task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGTERM, on_signal)
+    except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+        return stopped
+    stopped.loop = loop
+    return stopped
 
 
 def replay_command(run: Path, origins: Sequence[str], *, free_ports: bool,
@@ -218,8 +264,9 @@ async def _replay_copy(job: _Job, scratch: Path, free_ports: bool, diagnostic: b
     verdict, unreadable = _verdict(copy)
     note = f"stopped after the {timeout_s:g} s timeout" if timed_out else None
     if verdict is None:
-        return CheckResult(job.path, Status.ERROR,
-                           error=note or unreadable or _error_line(bytes(stderr)),
+        # The replay names the copy it was given: say it of the user's file.
+        said = note or unreadable or _error_line(bytes(stderr))
+        return CheckResult(job.path, Status.ERROR, error=said.replace(str(copy), str(job.path)),
                            duration_s=duration, run_id=job.run_id)
     status = Status.PASS if verdict.passed and not timed_out else Status.FAIL
     return CheckResult(job.path, status, verdict, note, duration, job.run_id)

@@ -36,7 +36,7 @@ from wiretape.inspect.formats import (
 )
 from wiretape.inspect.formats.draft import Draft
 from wiretape.inspect.formats.events import Body, Event, read_body
-from wiretape.inspect.formats.requests import read_request
+from wiretape.inspect.formats.requests import decoded, read_request
 from wiretape.inspect.formats.view import (
     ExchangeView,
     Message,
@@ -161,7 +161,8 @@ def read_exchange(exchange: Exchange) -> ExchangeView:
     request_view = read_request(format_name, exchange.request)
     results: tuple[tuple[str, str | None], ...] = ()
     try:
-        tree = json.loads(exchange.request.body) if exchange.request.body.strip() else None
+        raw, _ = decoded(exchange.request)
+        tree = json.loads(raw) if raw.strip() else None
         found = sorted(
             results_in(tree), key=lambda r: [int(t) if t.isdigit() else -1 for t in r.path]
         )

@@ -14,9 +14,10 @@ import json
 import re
 from collections.abc import Callable, Iterator
 
+from wiretape import codings
 from wiretape.inspect.formats.draft import arguments_text, get, text
 from wiretape.inspect.formats.view import Message, RequestView, ToolCall
-from wiretape.model import Request
+from wiretape.model import Request, header_values
 
 _GEMINI_MODEL = re.compile(rb"/models/([^/:?]+)")
 
@@ -138,16 +139,31 @@ _MESSAGES: dict[str, Callable[[dict[str, object]], Iterator[Message]]] = {
 }
 
 
+def decoded(request: Request) -> tuple[bytes, str | None]:
+    """The request's body with its content codings undone (gzip, deflate,
+    zstd: ``wiretape.codings``), and a note when it is coded in a way that
+    could not be undone (``br``, bad data): then the body as it is."""
+    applied = codings.parse(header_values(request.headers, b"content-encoding"))
+    if not applied or not request.body:
+        return request.body, None
+    done = codings.decode([request.body], applied)
+    named = ", ".join(c.decode("latin-1") for c in applied)
+    if done is None:
+        return request.body, f"{len(request.body)} bytes coded with {named}, not decoded"
+    return b"".join(done.pieces), None
+
+
 def read_request(format_name: str, request: Request) -> RequestView:
     gemini_model = _GEMINI_MODEL.search(request.path)
     streamed = b":streamGenerateContent" in request.path
-    if not request.body.strip():
+    raw, undecoded = decoded(request)
+    if not raw.strip():
         return RequestView(format_name, gemini_model.group(1).decode("latin-1") if gemini_model
                            else None, streamed, notes=("no body",))
     try:
-        body = json.loads(request.body)
+        body = json.loads(raw)
     except (ValueError, RecursionError):
-        return RequestView(format_name, notes=(f"{len(request.body)} bytes, not JSON",))
+        return RequestView(format_name, notes=(undecoded or f"{len(raw)} bytes, not JSON",))
     if not isinstance(body, dict):
         return RequestView(format_name, notes=("JSON body that is not an object",))
     model = text(body, "model") or (
