@@ -174,3 +174,11 @@ def test_wiretapes_own_redirected_output_is_not_the_agents_change(tmp_path: Path
     run.close()
     assert snapshotted == ["notes.txt"]
     assert "log.txt" not in changed and any(p.startswith("sessions/") for p in changed)
+
+
+def test_an_agent_that_ends_mid_line_on_stderr_does_not_run_into_the_verdict(
+        recorded: Path) -> None:
+    done = wiretape("replay", "--yes", "run.wtape", "--", sys.executable, "-c",
+                    "import sys; sys.stderr.write('half a line'); sys.exit(1)", cwd=recorded)
+    assert done.returncode == 3
+    assert "half a line\nwiretape: verdict FAIL" in done.stderr

@@ -126,14 +126,14 @@ class Child:
                                 strict=False):
             if pipe is not None and not thread.is_alive():
                 pipe.close()
-        # An agent stopped mid-line: what wiretape prints next (the verdict,
-        # --json) starts on a line of its own. The kept output is unchanged.
+        # An agent stopped mid-line on stderr: wiretape's own lines there (the
+        # verdict) start on a line of their own. Its stdout is echoed byte for
+        # byte (it may be piped), and the kept output is unchanged.
         done = not any(thread.is_alive() for thread in self._pumps)
-        for echo, kept in zip(self._echoes, (self.stdout, self.stderr), strict=False):
-            if done and kept and not kept.endswith(b"\n"):
-                with contextlib.suppress(OSError, ValueError):
-                    echo.write(b"\n")
-                    echo.flush()
+        if done and self.stderr and not self.stderr.endswith(b"\n") and self._echoes:
+            with contextlib.suppress(OSError, ValueError):
+                self._echoes[-1].write(b"\n")
+                self._echoes[-1].flush()
         exit_status = status if status >= 0 else 128 - status  # killed by signal N -> 128 + N
         return ChildResult(exit_status, bytes(self.stdout), bytes(self.stderr), self.stopped)
 
