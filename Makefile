@@ -51,7 +51,8 @@ lint: $(TOOLS)
 	PYTHONPATH=src $(BIN)/lint-imports --no-cache
 
 # The everyday tier (under 10 minutes on 2 cores); the slow tier holds the
-# long trials (real-time stalls, kill -9 crash trials), marked `slow`.
+# long trials (real-time stalls, kill -9 crash trials) and the longest
+# scenarios, marked `slow`.
 test: lint
 	$(BIN)/python -m pytest -n 4 -q -m "not slow and not agents"
 

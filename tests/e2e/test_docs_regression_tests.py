@@ -46,6 +46,7 @@ def test_the_page_names_its_blocks() -> None:
     assert sorted(blocks("text")) == ["check", "failure"]
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_the_example_project_records_replays_and_fails_as_documented(tmp_path: Path) -> None:
     project = tmp_path / "project"
     for name, body in blocks("python").items():

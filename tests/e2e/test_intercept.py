@@ -224,6 +224,7 @@ def test_the_ca_key_is_gone_and_no_key_material_is_in_the_run(
                 assert b"PRIVATE KEY" not in blob and b"BEGIN CERTIFICATE" not in blob
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_nanobot_default_openai_provider_with_no_config_change(
         tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
     """nanobot's ``providers.openai`` with no ``apiBase`` talks to

@@ -163,6 +163,7 @@ def test_nanobot_diagnostic_names_the_tool_whose_result_changed(recorded_live) -
     )
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_nanobot_writes_land_in_the_sandbox_and_in_its_outcome(tmp_path: Path) -> None:
     """The config names the workspace by absolute path; the agent writes a
     file there. The replay's sandbox takes the write (the outcome lists it,
@@ -197,6 +198,7 @@ def _tree_bytes(*roots: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_nanobot_history_is_restored_from_the_snapshot_and_extra_history_is_named(
         tmp_path: Path) -> None:
     """nanobot keeps its session history next to its config file. Two

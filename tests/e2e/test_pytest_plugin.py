@@ -51,6 +51,7 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_a_command_is_recorded_once_then_replayed_offline(pytester: pytest.Pytester) -> None:
     run = pytester.path / "runs" / "test_agent" / "test_fruit.wtape"
     pytester.makepyfile(test_agent=COMMAND_TEST)
@@ -94,6 +95,7 @@ def wiretape_upstream():
     assert digest(run) == before
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_an_agent_in_the_test_process_uses_the_proxy(pytester: pytest.Pytester) -> None:
     run = pytester.path / "runs" / "test_sdk" / "test_hello.wtape"
     with FakeProvider([TextTurn("Hi!")]) as provider:

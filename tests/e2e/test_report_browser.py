@@ -41,6 +41,7 @@ def chromium(url: str, profile: Path, *extra: str) -> subprocess.CompletedProces
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make system installs it "
                                              "with apt-get when run as root)")
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_report_opens_in_chromium_without_errors(tmp_path: Path,
                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
     assert wiretape("demo", "--keep-dir", str(tmp_path), cwd=tmp_path).returncode == 0
