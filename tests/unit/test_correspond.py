@@ -48,7 +48,10 @@ def walk(pairs: list[tuple[str, str]], tolerance: float = 60.0) -> tuple[list[st
     ([(doc(user_id=json.dumps({"device_id": DEVICE_REC, "session_id": A})),
        doc(user_id=json.dumps({"session_id": B, "device_id": DEVICE_LIVE})))], [None]),
     # ids by their label: a member named as an id, a short token after "ID:"
-    ([(doc(call_id="read_file_1_0"), doc(call_id="read_file_2_0"))], [None]),
+    ([(doc(call_id="read_file_1796000000123_0"), doc(call_id="read_file_1796000999456_0"))],
+     [None]),
+    ([(doc(call_id="fco_9b1deb4d3b7d4bad9bdd2b0d7b3dcb6d"),
+       doc(call_id="fco_1c2f7a3e5d6b4c8f9e0a1b2c3d4e5f60"))], [None]),
     ([(doc(out="Chunk ID: 5a99c8\nok"), doc(out="Chunk ID: 6ffc03\nok"))], [None]),
     ([(doc(out="Chunk 5a99c8"), doc(out="Chunk 6ffc03"))], ["recorded"]),
     # words are not ids; other text is a real difference
@@ -172,3 +175,59 @@ def test_a_diverged_request_names_what_no_rule_explains() -> None:
                       Policy(mode=Mode.STRICT, allow=frozenset({"ids"})))
     assert decision.kind is Kind.DIVERGED and decision.not_allowed == ()
     assert decision.unexplained == "/text: 'hello' recorded, 'bye' live"
+
+
+SPAN = (T0, T0 + 60)
+LIVE = (T0 + 86_400, T0 + 86_400 + 60)
+
+
+@pytest.mark.parametrize(("recorded", "live"), [
+    # found by trying to make a changed request pass
+    (doc(order="100000000042"), doc(order="100000000999")),         # a number is a quantity
+    (doc(customer_id="alice.smith"), doc(customer_id="mallory.x")),  # a name, not an id
+    (doc(cls="HTTPServerConfigV2"), doc(cls="HTTPServerConfigV3")),  # a version bump
+    (doc(phone=2125551234), doc(phone=3125559876)),                 # not a clock reading then
+    (doc(born="1990-05-01"), doc(born="1990-05-02")),
+    (doc(timeout_ms=1000), doc(timeout_ms=60000)),                  # a setting, not a measure
+    (doc(text="timeout 30 s"), doc(text="timeout 60 s")),
+    # a tool's result: a digest there is what the tool said
+    (doc(messages=[{"role": "tool", "content": "sha " + "ab" * 32}]),
+     doc(messages=[{"role": "tool", "content": "sha " + "3f" * 32}])),
+])
+def test_real_changes_are_not_learned(recorded: str, live: str) -> None:
+    learned = Learned(60.0, recorded_span=SPAN, live_span=LIVE)
+    assert not compare(recorded, live, learned).equivalent
+
+
+def test_ids_the_recording_served_come_back_unchanged() -> None:
+    served = b'{"id": "chatcmpl-9b1deb4d3b7d4bad9bdd2b0d7b3dcb6d"}'
+    learned = Learned(served=served)
+    result = compare(doc(previous="chatcmpl-9b1deb4d3b7d4bad9bdd2b0d7b3dcb6d"),
+                     doc(previous="chatcmpl-1c2f7a3e5d6b4c8f9e0a1b2c3d4e5f60"), learned)
+    assert result.problem is not None and "was in the recording's answers" in result.problem
+
+
+def test_clock_readings_lie_in_their_own_runs() -> None:
+    learned = Learned(60.0, recorded_span=SPAN, live_span=LIVE)
+    assert compare(doc(t=T0 + 5), doc(t=T0 + 86_405), learned).equivalent
+    assert not compare(doc(t=T0 - 10 * 86_400), doc(t=T0 + 86_405), learned).equivalent
+
+
+def test_the_outcome_learns_only_uuids_of_its_own() -> None:
+    learned = Learned(uuids_only=True)
+    assert compare(doc(uuid=A), doc(uuid=B), learned).equivalent
+    assert not compare(doc(sha="ab" * 32), doc(sha="3f" * 32), learned).equivalent
+
+
+def test_equal_values_in_other_bytes_are_not_equivalent() -> None:
+    tape = [Candidate(0, request('{"x": 100}'))]
+    every = Policy(mode=Mode.STRICT, allow=frozenset({"ids", "clock", "key-order", "durations"}))
+    for live in ('{"x":100}', '{"x": 1e2}', '{"x": 1, "x": 100}'):
+        assert decide(request(live), tape, every).kind is Kind.DIVERGED, live
+
+
+def test_an_id_in_the_path_is_learned() -> None:
+    tape = [Candidate(0, request(doc(q=1), f"/v1/sessions/{A}/chat"))]
+    decision = decide(request(doc(q=1), f"/v1/sessions/{B}/chat"), tape,
+                      Policy(mode=Mode.STRICT, allow=frozenset({"ids"})))
+    assert (decision.kind, decision.seq) == (Kind.EQUIVALENT, 0)

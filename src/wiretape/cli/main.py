@@ -72,8 +72,10 @@ def _allow_option(command: C) -> C:
         "--allow", "allow", multiple=True, metavar="RULES",
         help="Accept requests equal to their recording up to these learned correspondences, "
              "counted as equivalent: ids (UUIDs and other ids a run makes), clock (one "
-             "consistent clock shift), key-order (JSON members reordered), paths (declared "
-             "substitutions). Comma-separated; repeatable.")(command)
+             "consistent clock shift), key-order (JSON members reordered), durations "
+             "(measured times), paths (declared substitutions); none for strict. "
+             "Comma-separated; repeatable. On replay it replaces the run's and the project's.")(
+        command)
 
 
 def _allowances(values: Sequence[str]) -> frozenset[str]:
@@ -305,7 +307,8 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
                               allow_substitutions=allow_substitutions, ports=tuple(_ports(ports)),
                               keep=keep, same_paths=same_paths, offline=offline,
                               clock_recorded=clock == "recorded", state=state,
-                              intercept=intercept, allow=_allowances(allow),
+                              intercept=intercept,
+                              allow=_allowances(allow) if allow else None,
                               outcome_ignore=outcome_ignore)
     path = resolve_run(run)
     if not command and not yes:
@@ -460,7 +463,7 @@ def serve(
         ports=tuple(_ports(ports)),
         max_body=max_body,
         intercept=True if intercept else None,
-        allow=_allowances(allow),
+        allow=_allowances(allow) if allow else None,
     )
     exported: list[str] = []
 

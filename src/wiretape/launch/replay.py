@@ -13,9 +13,9 @@ import asyncio
 import contextlib
 import dataclasses
 import difflib
-import fnmatch
 import os
 import shlex
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +34,7 @@ from wiretape.launch.intercept import (
     proxy_environment,
 )
 from wiretape.launch.origins import child_environment, key_placeholders, placeholder_note
-from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet, sweep_stale
+from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet, ignores, sweep_stale
 from wiretape.matching.correspond import Learned
 from wiretape.matching.volatile import compare_volatile, equal_up_to
 from wiretape.model import (
@@ -77,9 +77,10 @@ class ReplaySettings:
     clock_recorded: bool = False  # the agent's clock starts at the recorded start
     state: str = "recorded"  # recorded: restore the snapshots; current: copy the trees as they are
     intercept: bool | None = None  # None: as recorded (a run recorded with --intercept intercepts)
-    #: learned correspondences accepted besides those recorded with the run
-    #: (matching.correspond.ALLOWANCES; ``paths`` is allow_substitutions)
-    allow: frozenset[str] = frozenset()
+    #: learned correspondences accepted (matching.correspond.ALLOWANCES;
+    #: ``paths`` is allow_substitutions); None: those recorded with the run
+    #: and the project's (given, it replaces them: ``--allow none`` is strict)
+    allow: frozenset[str] | None = None
     #: file patterns (fnmatch, relative to a snapshot root) the outcome leaves out
     outcome_ignore: tuple[str, ...] = ()
 
@@ -482,14 +483,16 @@ async def _prepare_replay(
                                             serve_only=until is not None)
     stopping = _Stopping(until or asyncio.Event())
     project = config.find(Path(cwd or os.getcwd()))
-    allow = settings.allow | frozenset(info.allow) | project.allow
+    allow = (settings.allow if settings.allow is not None
+             else frozenset(info.allow) | project.allow)
     settings = dataclasses.replace(
         settings, outcome_ignore=tuple(dict.fromkeys(settings.outcome_ignore
                                                      + project.outcome_ignore)))
     policy = Policy(mode=settings.mode,
                     substitutions=settings.substitutions + launch.substitutions,
                     allow_substitutions=settings.allow_substitutions or "paths" in allow,
-                    allow=allow - {"paths"}, clock_tolerance_s=clock_tolerance(info))
+                    allow=allow - {"paths"}, clock_tolerance_s=clock_tolerance(info),
+                    recorded_span=recorded_span(info))
     replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=stopping,
                         on_decision=on_decision, redactor=live_redactor(run))
     isolated = (isolate.prepare(launch.isolation, os.environ)
@@ -516,6 +519,9 @@ async def _prepare_replay(
                       proxy_variables)
     if placeholders:
         session.notes.append(placeholder_note(list(placeholders)))
+    if settings.allow is None and info.allow:
+        session.notes.append(f"wiretape: allowances recorded with the run: "
+                             f"{', '.join(sorted(info.allow))} (--allow replaces them)")
     if project.source is not None and (project.allow or project.outcome_ignore):
         said = [f"allow {', '.join(sorted(project.allow))}" if project.allow else "",
                 f"outcome-ignore {', '.join(project.outcome_ignore)}"
@@ -537,6 +543,14 @@ def clock_tolerance(info: RunInfo) -> float:
     if info.ended_at_ns is None or not info.started_at_ns:
         return 600.0 + CLOCK_SLACK_S
     return max(0.0, (info.ended_at_ns - info.started_at_ns) / 1e9) + CLOCK_SLACK_S
+
+
+def recorded_span(info: RunInfo) -> tuple[float, float] | None:
+    """When the recording ran (epoch seconds), or None when not known."""
+    if not info.started_at_ns:
+        return None
+    end = info.ended_at_ns or info.started_at_ns
+    return info.started_at_ns / 1e9, max(end, info.started_at_ns) / 1e9
 
 
 def live_redactor(run: RunFile) -> LiveRedactor:
@@ -687,7 +701,13 @@ async def _judge_replay(session: _Replay) -> None:
     since = info.started_at_ns / 1e9 if info.started_at_ns else None
     # The outcome is judged by the rules the requests were: what the replay
     # learned (ids, clock shift) holds for the files and output too.
-    learned = replayer.learned if session.policy.allow else None
+    learned = None
+    if session.policy.allow:
+        # New ids in the outcome must be the agent's own (UUIDs, ULIDs);
+        # others must have met in a request. Clock readings: up to now.
+        learned = replayer.learned
+        learned.uuids_only = True
+        learned.live_span = (replayer.started_at, time.time())
     # The failed agent's stderr kept in the verdict is the redacted one.
     outcome = outcome_of(info.exit_status, info.stdout, exit_status, stdout, since, stderr,
                          [redact_str(a, "argv", redactor.rules) for a in session.argv],
@@ -704,7 +724,7 @@ async def _judge_replay(session: _Replay) -> None:
             learned=learned, ignore=settings.outcome_ignore)
         ignored = outcome["files"].get("ignored", [])
         for pattern in settings.outcome_ignore:
-            if not any(fnmatch.fnmatchcase(path, pattern) for path in ignored):
+            if not any(ignores(path, (pattern,)) for path in ignored):
                 notes.append(f"wiretape: --outcome-ignore {pattern!r} matched no file the "
                              "agent changed (patterns match paths relative to a snapshotted "
                              "folder, e.g. '.cache/*')")

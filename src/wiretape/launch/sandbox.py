@@ -374,7 +374,7 @@ def files_facet(recorded: Mapping[int, list[ChangeJSON]],
     def kept(rows: list[ChangeJSON]) -> list[ChangeJSON]:
         out = []
         for row in rows:
-            if any(fnmatch.fnmatchcase(row["path"], pattern) for pattern in ignore):
+            if ignores(row["path"], ignore):
                 ignored.append(row["path"])
             else:
                 out.append(row)
@@ -420,6 +420,14 @@ def files_facet(recorded: Mapping[int, list[ChangeJSON]],
     if paired:
         facet["paired"] = paired
     return facet
+
+
+def ignores(path: str, patterns: Sequence[str]) -> bool:
+    """Whether an outcome-ignore pattern (fnmatch) matches ``path`` or a
+    folder it is in (``backups`` leaves out ``backups/1.bak`` too)."""
+    parts = path.split("/")
+    return any(fnmatch.fnmatchcase("/".join(parts[:n]), pattern.rstrip("/") or pattern)
+               for pattern in patterns for n in range(1, len(parts) + 1))
 
 
 def _pair_names(recorded: list[ChangeJSON], replayed: list[ChangeJSON], learned: Learned,

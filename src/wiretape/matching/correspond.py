@@ -102,6 +102,16 @@ DURATION_NAME = re.compile(
 )
 #: A whole string value that may be an id when its member is named as one.
 _WHOLE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.:\-]{5,}")
+#: Member names whose numbers are measured times (a bare unit such as
+#: ``timeout_ms`` names a setting, not a measure).
+MEASURE_NAME = re.compile(r"latency|duration|elapsed|ttft|took|time_?to|wall", re.IGNORECASE)
+#: Text right before a number that makes it a measured time ("Wall time: ").
+_MEASURE_BEFORE = re.compile(r"(?:time|took|elapsed|latency|duration|ttft)\W{0,3}$",
+                             re.IGNORECASE)
+#: A ULID (26 Crockford base32 characters).
+_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
+#: How far outside a run a clock reading may lie (seconds): time zones.
+_ZONE_S = 14 * 3600.0
 
 
 @dataclass
@@ -114,9 +124,20 @@ class Learned:
     forward: dict[str, str] = field(default_factory=dict)
     backward: dict[str, str] = field(default_factory=dict)
     shift_s: float | None = None
+    #: when the recording and the replay ran (epoch seconds, first and last):
+    #: a clock reading must lie in its own run's span (None: not checked)
+    recorded_span: tuple[float, float] | None = None
+    live_span: tuple[float, float] | None = None
+    #: what the recording's answers carried (their bodies): an id found there
+    #: reached the agent as it was and must come back unchanged
+    served: bytes = b""
+    #: only UUIDs and ULIDs may start a new correspondence (the outcome:
+    #: ids of the agent's own making; others must have met in a request)
+    uuids_only: bool = False
 
     def copy(self) -> Learned:
-        return Learned(self.tolerance_s, dict(self.forward), dict(self.backward), self.shift_s)
+        return Learned(self.tolerance_s, dict(self.forward), dict(self.backward), self.shift_s,
+                       self.recorded_span, self.live_span, self.served, self.uuids_only)
 
 
 @dataclass
@@ -187,6 +208,9 @@ class _Walker:
     def __init__(self, result: Equivalence) -> None:
         self.result = result
         self.state = result.learned
+        #: inside a tool's result: only labelled ids, clock and durations
+        #: apply (a digest or number there is what the tool said)
+        self.in_tool = 0
 
     def fail(self, problem: str) -> None:
         if self.result.problem is None:
@@ -224,26 +248,34 @@ class _Walker:
         if len(rec_parts) != len(live_parts):
             self.differs(where, rec, live)
             return
+        before = ""
         for (kind_a, a, glued_a), (kind_b, b, glued_b) in zip(rec_parts, live_parts, strict=True):
             if self.result.problem is not None:
                 return
             if kind_a != kind_b or (kind_a is None and a != b):
                 self.differs(where, rec, live)
             elif kind_a is not None and a != b:
-                self.token(kind_a, a, b, where, embedded=glued_a or glued_b)
+                self.token(kind_a, a, b, where, embedded=glued_a or glued_b, before=before)
             elif _is_id(kind_a, a, embedded=glued_a):
-                self.ids(a, b, where)  # the same id again: the bijection holds it
+                self.ids(a, b, where, kind_a or "id")  # the same id again: the bijection holds it
+            if kind_a is None:
+                before = a
 
-    def token(self, kind: str, a: str, b: str, where: str, *, embedded: bool) -> None:
+    def token(self, kind: str, a: str, b: str, where: str, *, embedded: bool,
+              before: str = "") -> None:
         if kind == "duration":
-            self.result.fired.append((Rule.DURATIONS, where or "text", a, b))
+            if _MEASURE_BEFORE.search(before) is None:
+                self.differs(where, a, b)  # "timeout 30 s" is a setting, not a measure
+            else:
+                self.result.fired.append((Rule.DURATIONS, where or "text", a, b))
         elif kind == "time":
             self.clock(_iso_seconds(a), _iso_seconds(b), a, b, where,
                        precision=_DAY if len(a) <= 10 else 1.0)
         elif kind == "number" and not embedded and _epoch(a) is not None:
             self.clock(_epoch(a), _epoch(b), a, b, where, precision=_precision(a))
-        elif _is_id(kind, a, embedded=embedded) and _is_id(kind, b, embedded=embedded):
-            self.ids(a, b, where)
+        elif (_is_id(kind, a, embedded=embedded) and _is_id(kind, b, embedded=embedded)
+              and (kind != "id" or _unlike(a, b))):
+            self.ids(a, b, where, kind)
         else:
             self.differs(where, a, b)
 
@@ -265,6 +297,10 @@ class _Walker:
 
     def objects(self, a: JsonObject, b: JsonObject, where: str) -> None:
         da, db = dict(a), dict(b)
+        if len(da) != len(a) or len(db) != len(b):
+            self.fail(f"{where or '/'}: a member is repeated (RFC 8259 §4): compared byte "
+                      "for byte")
+            return
         if set(da) != set(db):
             added = sorted(set(db) - set(da))
             removed = sorted(set(da) - set(db))
@@ -275,16 +311,22 @@ class _Walker:
             return
         if list(da) != list(db):
             self.result.fired.append((Rule.KEY_ORDER, where or "/", ",".join(da), ",".join(db)))
+        result_key = "response" if where.endswith("/functionResponse") else _tool_result_key(da)
         for key, value in da.items():
+            tool = key == result_key
+            self.in_tool += tool
             self.values(value, db[key], where + pointer((key,)))
+            self.in_tool -= tool
 
     def scalars(self, a: object, b: object, where: str) -> None:
         name = where.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
         if isinstance(a, str) and isinstance(b, str):
-            if _id_named(name) and _WHOLE_ID.fullmatch(a) and _WHOLE_ID.fullmatch(b):
-                self.ids(a, b, where)  # the member says what the value is
-            else:
-                self.texts(a, b, where)
+            self.texts(a, b, where)
+            if (self.result.problem is not None and not self.in_tool and _id_named(name)
+                    and all(_WHOLE_ID.fullmatch(v) and _random_looking(v) for v in (a, b))
+                    and _unlike(a, b)):
+                self.result.problem = None  # the member says what the value is
+                self.ids(a, b, where, "labelled")
             return
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
         if numbers:
@@ -294,16 +336,29 @@ class _Walker:
             if low is not None and high is not None:
                 self.clock(low, high, sa, sb, where, precision=_precision(sa))
                 return
-            if name and not name.isdigit() and DURATION_NAME.search(name):
+            if name and not name.isdigit() and MEASURE_NAME.search(name):
                 self.result.fired.append((Rule.DURATIONS, where, sa, sb))
                 return
         self.fail(f"{where}: {_short(_shown(a))} recorded, {_short(_shown(b))} live")
 
     # Rules --------------------------------------------------------------
 
-    def ids(self, a: str, b: str, where: str) -> None:
+    def ids(self, a: str, b: str, where: str, kind: str = "id") -> None:
         state = self.state
         known_live, known_rec = state.forward.get(a), state.backward.get(b)
+        if a != b and known_live is None and known_rec is None:
+            if self.in_tool and kind != "labelled":
+                self.fail(f"{where}: {_short(a)!r} recorded, {_short(b)!r} live, in a tool's "
+                          "result (what the tool said, not an id the agent made)")
+                return
+            if state.uuids_only and kind != "uuid" and not _ULID.fullmatch(a):
+                self.fail(f"{where}: {_short(a)!r} recorded, {_short(b)!r} live (no request "
+                          "of the replay carried these)")
+                return
+            if state.served and a.encode() in state.served:
+                self.fail(f"{where}: {_short(a)!r} was in the recording's answers and reached "
+                          f"the agent as it was; it came back as {_short(b)!r}")
+                return
         if known_live is not None and known_live != b:
             self.fail(f"{where}: recorded id {_short(a)!r} was {_short(known_live)!r} "
                       f"earlier in this replay, now {_short(b)!r}")
@@ -324,8 +379,14 @@ class _Walker:
             return
         if shown_a == shown_b:
             return
-        shift = b - a
         state = self.state
+        if not _within(a, state.recorded_span, precision) or not (
+                _within(b, state.live_span, precision)
+                or _within(b, state.recorded_span, precision)):  # a faked clock
+            self.fail(f"{where}: {_short(shown_a)!r} recorded, {_short(shown_b)!r} live: not "
+                      "read from the clock while the runs ran")
+            return
+        shift = b - a
         if state.shift_s is None:
             state.shift_s = shift
         elif abs(shift - state.shift_s) > state.tolerance_s + precision:
@@ -378,6 +439,37 @@ def _split(text: str) -> Iterator[tuple[str | None, str, bool]]:
         yield None, text[at:], False
 
 
+def _within(moment: float, span: tuple[float, float] | None, precision: float) -> bool:
+    """``moment`` inside ``span`` widened by time zones and its precision."""
+    if span is None:
+        return True
+    slack = _ZONE_S + precision
+    return span[0] - slack <= moment <= span[1] + slack
+
+
+def _unlike(a: str, b: str) -> bool:
+    """Two fresh random ids differ in most places; a version bump
+    (``ConfigV2`` -> ``ConfigV3``) or an edited word does not."""
+    if len(a) != len(b):
+        return False
+    return sum(x != y for x, y in zip(a, b, strict=True)) * 3 >= len(a)
+
+
+def _tool_result_key(members: dict[str, object]) -> str | None:
+    """The member of ``members`` holding a tool's result, when it is one: an
+    OpenAI ``role: tool`` message's ``content``, an Anthropic
+    ``tool_result`` block's ``content``, a Responses
+    ``function_call_output``'s ``output``."""
+    if members.get("role") == "tool":
+        return "content"
+    kind = members.get("type")
+    if kind == "tool_result":
+        return "content"
+    if kind == "function_call_output":
+        return "output"
+    return None  # (a Gemini functionResponse: its ``response``, seen from inside it)
+
+
 def _id_named(name: str) -> bool:
     """``id``, ``call_id``, ``callId``, ``ID``: a member named as an id."""
     return (name.lower() == "id" or name.endswith(("_id", "-id", "Id", "ID", ".id")))
@@ -389,7 +481,7 @@ def _is_id(kind: str | None, token: str, *, embedded: bool = False) -> bool:
     if kind in ("uuid", "labelled"):
         return True
     if kind == "number":
-        return embedded or _epoch(token) is None
+        return embedded  # a plain number is a quantity, not an id
     return kind == "id" and (_random_looking(token) or _HEX.fullmatch(token) is not None)
 
 

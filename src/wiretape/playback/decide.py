@@ -58,6 +58,8 @@ class Policy:
     #: how far a clock reading may stray from the learned shift (seconds):
     #: the time that passes differently in the recording and the replay
     clock_tolerance_s: float = 600.0
+    #: when the recording ran (epoch seconds, first and last; None: unknown)
+    recorded_span: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -183,8 +185,6 @@ def decide(live: Request, remaining: Sequence[Candidate], policy: Policy,
         c for c in remaining if c.request.method == live.method and c.request.path == live.path
     ]
     strict = policy.mode is Mode.STRICT
-    if not same_route:
-        return Decision(Kind.MISSING, None, serve=False, stop=strict)
     for cand in same_route:
         comparison = compare(live, cand.request, policy)
         if comparison.equal:
@@ -203,11 +203,20 @@ def decide(live: Request, remaining: Sequence[Candidate], policy: Policy,
                         comparison=compare(live, cand.request, policy), substitutions_fired=fired,
                     )
     unexplained: str | None = None
-    for cand in same_route:
+    # A learned id may sit in the path itself (/v1/sessions/<id>/...).
+    routes = same_route or [
+        c for c in remaining if c.request.method == live.method
+        and correspond.compare(c.request.path.decode("latin-1"), live.path.decode("latin-1"),
+                               learned or Learned(policy.clock_tolerance_s)).equivalent]
+    for cand in routes:
         found = equivalence(substituted, cand.request, policy,
                             learned or Learned(policy.clock_tolerance_s))
+        if found is not None and found.equivalent and not found.fired:
+            # Equal values in other bytes (spacing, escapes, 1e2 for 100):
+            # no rule explains that; the request is what it is.
+            found.problem = "the JSON values are equal but their bytes are not"
         if found is None or not found.equivalent:
-            if unexplained is None and found is not None and cand is same_route[0]:
+            if unexplained is None and found is not None and cand is routes[0]:
                 unexplained = found.problem
             continue
         needed = sorted(rule.value for rule in found.rules)
@@ -221,6 +230,8 @@ def decide(live: Request, remaining: Sequence[Candidate], policy: Policy,
             comparison=compare(live, cand.request, policy), substitutions_fired=fired,
             learned=found.learned, rules=tuple(found.summary()), not_allowed=not_allowed,
         )
+    if not same_route:
+        return Decision(Kind.MISSING, None, serve=False, stop=strict, unexplained=unexplained)
     first = same_route[0]
     return Decision(
         Kind.DIVERGED, first.seq, serve=not strict, stop=strict,

@@ -186,7 +186,8 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
             lines.append(f"  substitution {old!r} -> {new!r} fired {count} time(s)")
         if detail.get("not_allowed"):
             needed = ",".join(detail["not_allowed"])
-            lines.append(f"  equal up to {needed} (not allowed; --allow {needed} accepts it):")
+            every = ",".join(sorted({*v.allow, *detail["not_allowed"]}))
+            lines.append(f"  equal up to {needed} (not allowed; --allow {every} accepts it):")
             lines.extend(learned_lines(detail.get("learned", []), "    "))
         elif kind == "equivalent":
             lines.extend(learned_lines(detail.get("learned", [])))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -91,8 +92,13 @@ class Replayer:
         self._tape = Tape.of(exchanges)
         self._responses = tuple(e.response for e in exchanges if e.response is not None)
         self._policy = policy
-        #: the identifier bijection and clock shift learned so far
-        self.learned = Learned(policy.clock_tolerance_s)
+        #: the identifier bijection and clock shift learned so far; ids the
+        #: recorded answers carried reached the agent unchanged
+        self.learned = Learned(
+            policy.clock_tolerance_s, recorded_span=policy.recorded_span,
+            served=b"".join(f.data for r in self._responses for f in r.frames))
+        #: when the replay began serving (epoch seconds)
+        self.started_at = time.time()
         self._pace = pace
         self._idx = itertools.count(0)
         self._lock = asyncio.Lock()
@@ -117,6 +123,8 @@ class Replayer:
                 decision = None
             else:
                 # Off the loop: a body that is not exact is parsed and walked.
+                # A live clock reading lies between the replay's start and now.
+                self.learned.live_span = (self.started_at, time.time())
                 decision = await asyncio.to_thread(
                     decide, live, self._tape.candidates(), self._policy, self.learned)
                 if decision.seq is not None:
