@@ -278,6 +278,7 @@ def _serve(args: Sequence[str], cwd: Path) -> tuple[subprocess.Popen[bytes], dic
     return proc, exported
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_serve_prints_what_to_export_and_records_then_replays(
         tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
     import signal

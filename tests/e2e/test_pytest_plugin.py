@@ -144,6 +144,7 @@ def test_a_recording_is_saved_only_when_its_test_passed(pytester: pytest.Pyteste
     assert not run.exists()
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_marker_names_the_run_and_the_mode_and_rejects_unknown_options(
         pytester: pytest.Pytester) -> None:
     with FakeProvider([TextTurn("Hi!")]) as provider:

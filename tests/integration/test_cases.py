@@ -672,6 +672,7 @@ def test_no_buffering(case: str, tmp_path: Path, cli: None) -> None:
     _run_with_timing_retry(body, tmp_path)
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_B01_replay_with_recorded_pace(tmp_path: Path, cli: None) -> None:
     """B01: with recorded timing the client sees ~250 ms between chunks."""
     def body(tmp: Path) -> Checks:
@@ -697,6 +698,7 @@ def _body_diff(a: bytes, b: bytes) -> tuple[int, int | None]:
     return len(diffs), (diffs[0] if diffs else None)
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_B05_changed_upload_diverges(tmp_path: Path, cli: None) -> None:
     """B05/B06: another multipart boundary, or one flipped WAV byte, is diverged
     (never a silent hit); strict mode rejects it."""
