@@ -65,6 +65,9 @@ test-slow: $(TOOLS)
 # (needs node >= 20 and npm), then reused. `test-agents` runs the tests marked
 # `agents` against them (nanobot comes with the test tools).
 agents:
+	@command -v npm >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq nodejs npm; \
+	  else echo "node and npm are missing: install Node.js 20 or newer"; exit 1; fi; }
 	$(PYTHON) tests/agents/agent_install.py
 
 test-agents: $(TOOLS) agents
