@@ -382,10 +382,9 @@ def files_facet(recorded: Mapping[int, list[ChangeJSON]],
 
     for sid in sorted(set(recorded) | set(replayed)):
         rec_rows, rep_rows = kept(recorded.get(sid, [])), kept(replayed.get(sid, []))
-        renamed = {rec_name: rep_name for rec_name, rep_name in paired}
         if learned is not None:
             rep_rows = _pair_names(rec_rows, rep_rows, learned, paired)
-            renamed = {rec_name: rep_name for rec_name, rep_name in paired}
+        renamed = dict(paired)
         rec, rep = key(rec_rows), key(rep_rows)
         by_path_rec = {r["path"]: r for r in rec_rows}
         by_path_rep = {r["path"]: r for r in rep_rows}
@@ -446,9 +445,7 @@ def _pair_names(recorded: list[ChangeJSON], replayed: list[ChangeJSON], learned:
             for candidate in alone:
                 found = correspond.compare(candidate, path, learned, "name")
                 if found.equivalent:
-                    learned.forward, learned.backward = (found.learned.forward,
-                                                         found.learned.backward)
-                    learned.shift_s = found.learned.shift_s
+                    learned.hold(found.learned)
                     alone.remove(candidate)
                     paired.append([candidate, path])
                     row = {**row, "path": candidate}

@@ -135,6 +135,11 @@ class Learned:
     #: ids of the agent's own making; others must have met in a request)
     uuids_only: bool = False
 
+    def hold(self, other: Learned) -> None:
+        """Keep what ``other`` (a comparison's result, made from a copy of
+        this) learned: its bijection and clock shift."""
+        self.forward, self.backward, self.shift_s = other.forward, other.backward, other.shift_s
+
     def copy(self) -> Learned:
         return Learned(self.tolerance_s, dict(self.forward), dict(self.backward), self.shift_s,
                        self.recorded_span, self.live_span, self.served, self.uuids_only)
@@ -390,9 +395,9 @@ class _Walker:
         if state.shift_s is None:
             state.shift_s = shift
         elif abs(shift - state.shift_s) > state.tolerance_s + precision:
-            self.fail(f"{where}: clock shift {_duration(shift)} here, "
-                      f"{_duration(state.shift_s)} learned earlier "
-                      f"(tolerance {_duration(state.tolerance_s, signed=False)})")
+            self.fail(f"{where}: clock shift {duration(shift)} here, "
+                      f"{duration(state.shift_s)} learned earlier "
+                      f"(tolerance {duration(state.tolerance_s, signed=False)})")
             return
         self.result.fired.append((Rule.CLOCK, where or "text", shown_a, shown_b))
 
@@ -524,8 +529,9 @@ def _iso_seconds(text: str) -> float | None:
     return moment.timestamp()
 
 
-def _duration(seconds: float, *, signed: bool = True) -> str:
-    """``+1d 2h 3m 4.5s``-style, the largest units that are not zero."""
+def duration(seconds: float, *, signed: bool = True) -> str:
+    """A clock shift as text, the largest units that are not zero:
+    ``+1d 2h``, ``-3.5s`` (seconds in; ``signed``: with its sign)."""
     sign = ("-" if seconds < 0 else "+") if signed else ""
     left = abs(seconds)
     parts = []
@@ -537,11 +543,6 @@ def _duration(seconds: float, *, signed: bool = True) -> str:
     if left or not parts:
         parts.append(f"{left:.3g}s")
     return sign + " ".join(parts)
-
-
-def duration(seconds: float) -> str:
-    """A clock shift as text: ``+1d 2h``, ``-3.5s`` (seconds in)."""
-    return _duration(seconds)
 
 
 def _shown(value: object) -> str:

@@ -270,8 +270,7 @@ def equal_up_to(recorded: bytes, replayed: bytes, learned: Learned) -> VolatileC
     found = correspond.compare(old, new, learned)
     if not found.equivalent:
         return None
-    learned.forward, learned.backward = found.learned.forward, found.learned.backward
-    learned.shift_s = found.learned.shift_s
+    learned.hold(found.learned)
     counts = Counter(_LEARNED_KIND[rule.value] for rule, *_ in found.fired)
     examples = tuple((where, _short(rec), _short(live))
                      for _, where, rec, live in found.fired[:MAX_LISTED])

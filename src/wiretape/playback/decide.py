@@ -203,14 +203,14 @@ def decide(live: Request, remaining: Sequence[Candidate], policy: Policy,
                         comparison=compare(live, cand.request, policy), substitutions_fired=fired,
                     )
     unexplained: str | None = None
+    known = learned or Learned(policy.clock_tolerance_s)
     # A learned id may sit in the path itself (/v1/sessions/<id>/...).
     routes = same_route or [
         c for c in remaining if c.request.method == live.method
         and correspond.compare(c.request.path.decode("latin-1"), live.path.decode("latin-1"),
-                               learned or Learned(policy.clock_tolerance_s)).equivalent]
+                               known).equivalent]
     for cand in routes:
-        found = equivalence(substituted, cand.request, policy,
-                            learned or Learned(policy.clock_tolerance_s))
+        found = equivalence(substituted, cand.request, policy, known)
         if found is not None and found.equivalent and not found.fired:
             # Equal values in other bytes (spacing, escapes, 1e2 for 100):
             # no rule explains that; the request is what it is.
