@@ -1,0 +1,1048 @@
+"""Agent-shaped benchmark: what wiretape adds, against a direct connection
+and against mitmproxy, measured in one run.
+
+One raw HTTP/1.1 upstream runs in its own process; ``wiretape serve`` and
+``mitmdump`` run in theirs, as an agent would meet them. The client is a
+plain keep-alive socket (no HTTP library in the measured path). Every
+measurement interleaves the paths round by round (the order rotating), so
+a noisy machine slows them alike; figures are "added" milliseconds (path
+minus direct, measured in the same run) and ratios.
+
+  1. small JSON exchanges: added p50 and p99 per exchange;
+  2. a 50-turn agent session (OpenAI chat JSON, the whole conversation with
+     tool calls and tool results resent each turn, a ``tools`` list; bodies
+     growing from ~10 KiB to ~1 MiB; sequential, keep-alive), recorded by a
+     fresh ``wiretape serve --record`` per session: added p50 over all turns
+     (paired with the same turn sent direct) and over the turns of
+     240-375 KiB (the "300 KiB agent-shaped request");
+  3. SSE streams of 200 frames, the upstream stamping each frame with its
+     send time: per-frame send-to-arrival added p50 and p99;
+  4. 64 concurrent SSE streams: the same per-frame figures;
+  5. the sessions replayed by ``wiretape serve --replay`` of their run files:
+     added p50 per request;
+  6. mitmproxy (``mitmdump --mode reverse:... -w FILE``) recording the small
+     exchanges and the sessions: wiretape added / mitmproxy added.
+
+Then, each in a pass of its own: the run file's size as a share of the
+session's raw bytes; the peak RSS growth of ``wiretape serve --record``
+recording one 200 MiB streamed response; the longest the wiretape event loop
+was blocked (``bench/loopwatch.py``: asyncio debug mode, slow-callback
+threshold 1 ms) while recording and replaying the same traffic; the start
+time of ``wiretape --help``; the time of ``wiretape check -j 2`` on 1,000
+copies of a tiny recorded run.
+
+Prints one table (figure, value, target, PASS/MISS); ``--json FILE`` writes
+the figures as JSON too.
+
+Usage: python bench/agents.py [--quick] [--json FILE] [--mitmdump PATH] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import selectors
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+KIB = 1024
+MIB = 1024 * 1024
+MODEL = "gpt-4.1-2025-04-14"
+SMALL_REQUEST = b'{"model":"gpt-4.1-mini","messages":[{"role":"user","content":"ping"}]}'
+SMALL_ANSWER = (b'{"id":"chatcmpl-small","object":"chat.completion","created":1700000000,'
+                b'"model":"gpt-4.1-mini","choices":[{"index":0,"message":{"role":"assistant",'
+                b'"content":"pong"},"finish_reason":"stop"}],"usage":{"prompt_tokens":8,'
+                b'"completion_tokens":1,"total_tokens":9}}')
+HEADERS = {
+    "Accept": "application/json",
+    "Content-Type": "application/json",
+    "User-Agent": "OpenAI/Python 1.108.0",
+    "X-Stainless-Lang": "python",
+    "X-Stainless-Package-Version": "1.108.0",
+    "X-Stainless-Runtime": "CPython",
+    "X-Stainless-Retry-Count": "0",
+    "Authorization": "Bearer sk-proj-benchbenchbenchbenchbenchbenchbench0123456789",
+}
+#: Turns whose request body is within these bytes are "the 300 KiB requests".
+AROUND_300K = (240 * KIB, 375 * KIB)
+
+# ---------------------------------------------------------------- the traffic
+
+WORDS = [
+    "the", "file", "module", "function", "value", "return", "config", "request", "response",
+    "parse", "token", "stream", "buffer", "index", "cache", "handler", "client", "server",
+    "error", "retry", "timeout", "session", "record", "replay", "frame", "header", "body",
+    "length", "offset", "commit", "store", "blob", "agent", "tool", "call", "result",
+    "message", "content", "system", "user", "assistant", "schema", "path",
+    "naïve", "café", "façade", "résumé", "größe", "数据", "函数", "ошибка",
+]
+
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": name, "description": desc, "strict": False,
+        "parameters": {"type": "object", "additionalProperties": False,
+                       "required": list(props), "properties": {
+                           p: {"type": t, "description": f"The {p.replace('_', ' ')} to use."}
+                           for p, t in props.items()}}}}
+    for name, desc, props in [
+        ("read_file", "Read a file of the workspace and return its text, with line numbers.",
+         {"path": "string", "offset": "integer", "limit": "integer"}),
+        ("write_file", "Write text to a file of the workspace, replacing it.",
+         {"path": "string", "content": "string"}),
+        ("edit_file", "Replace one exact occurrence of old_string by new_string in a file.",
+         {"path": "string", "old_string": "string", "new_string": "string"}),
+        ("list_dir", "List a folder of the workspace (names, kinds, sizes).",
+         {"path": "string", "depth": "integer"}),
+        ("grep", "Search files for a regular expression; return matching lines.",
+         {"pattern": "string", "path": "string", "glob": "string"}),
+        ("glob", "Find files whose path matches a glob pattern.", {"pattern": "string"}),
+        ("run_shell", "Run a shell command in the workspace; return its output and status.",
+         {"command": "string", "timeout_ms": "integer"}),
+        ("web_fetch", "Fetch a URL and return its text.", {"url": "string", "prompt": "string"}),
+        ("todo_write", "Replace the task list shown to the user.", {"todos": "string"}),
+        ("git_diff", "Show the working tree's diff against HEAD.", {"path": "string"}),
+    ]]
+
+SYSTEM = ("You are a coding agent working in the user's repository. Use the tools to read, "
+          "search and edit files and to run commands; never guess a file's content. "
+          "Keep answers short. Before editing, read the file. After editing, run the tests. "
+          ) * 8
+
+TOOL_NAMES = ["read_file", "grep", "run_shell", "read_file", "list_dir", "edit_file"]
+
+
+def assistant_message(n: int) -> dict[str, Any]:
+    """The model's n-th answer in a session: one tool call (same in every session)."""
+    name = TOOL_NAMES[n % len(TOOL_NAMES)]
+    args = {"read_file": {"path": f"src/pkg/module_{n:03d}.py"},
+            "grep": {"pattern": f"def handle_{n}", "path": "src"},
+            "run_shell": {"command": f"python -m pytest -q tests/test_module_{n:03d}.py"},
+            "list_dir": {"path": f"src/pkg/sub_{n:03d}", "depth": 2},
+            "edit_file": {"path": f"src/pkg/module_{n:03d}.py", "old_string": "return None",
+                          "new_string": "return value"}}[name]
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{n:03d}_bench", "type": "function",
+         "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
+def completion(n: int) -> bytes:
+    """The upstream's answer to the session request holding n tool results."""
+    message = {**assistant_message(n + 1), "refusal": None, "annotations": []}
+    return compact({"id": f"chatcmpl-bench-{n:03d}", "object": "chat.completion",
+                    "created": 1700000000 + n, "model": MODEL,
+                    "choices": [{"index": 0, "message": message, "logprobs": None,
+                                 "finish_reason": "tool_calls"}],
+                    "usage": {"prompt_tokens": 1000 + 700 * n, "completion_tokens": 24,
+                              "total_tokens": 1024 + 700 * n},
+                    "system_fingerprint": "fp_bench"})
+
+
+def compact(value: Any) -> bytes:
+    """JSON as the openai SDK (httpx) sends it: compact, UTF-8."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def tool_output(rng: random.Random, size: int) -> str:
+    """About ``size`` bytes (once JSON-encoded) of source-like text."""
+    lines: list[str] = []
+    total = 0
+    while total < size:
+        w = rng.choices(WORDS, k=6)
+        kind = rng.random()
+        if kind < 0.3:
+            line = f"{rng.randrange(1, 9999):>5}\tdef {w[0]}_{w[1]}({w[2]}, {w[3]}=None):"
+        elif kind < 0.6:
+            line = (f"{rng.randrange(1, 9999):>5}\t    return {w[0]}.{w[1]}({w[2]})"
+                    f" + {rng.random():.6f}")
+        elif kind < 0.8:
+            line = f'{rng.randrange(1, 9999):>5}\t    # {" ".join(w)} "{w[0]}"'
+        else:
+            line = f"tests/test_{w[0]}.py::test_{w[1]}_{w[2]} PASSED [{rng.randrange(100)}%]"
+        lines.append(line)
+        total += len(json.dumps(line, ensure_ascii=False).encode()) - 2 + 2
+    return "\n".join(lines)
+
+
+def session(turns: int, first: int, last: int, seed: int) -> list[bytes]:
+    """Request bodies of one agent session: turn t resends the whole
+    conversation (t tool calls and their results) and the tool list; sizes
+    grow geometrically from ``first`` to ``last`` bytes."""
+    rng = random.Random(seed)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    base = {"model": MODEL, "tools": TOOLS, "tool_choice": "auto", "parallel_tool_calls": False,
+            "temperature": 0.2, "stream": False}
+    bodies: list[bytes] = []
+    for t in range(turns):
+        target = first * (last / first) ** (t / max(1, turns - 1))
+        if t == 0:
+            new: dict[str, Any] = {"role": "user", "content": ""}
+        else:
+            messages.append(assistant_message(t))
+            new = {"role": "tool", "tool_call_id": f"call_{t:03d}_bench", "content": ""}
+        size = len(compact({"messages": [*messages, new], **base}))
+        new["content"] = tool_output(rng, max(0, int(target) - size))
+        if t == 0:
+            new["content"] = "Fix the failing tests in src/pkg, then summarise.\n" + new["content"]
+        messages.append(new)
+        bodies.append(compact({"messages": messages, **base}))
+    return bodies
+
+
+# --------------------------------------------------------------- the upstream
+
+STREAM_FRAME = (b'data: {"id":"chatcmpl-stream","object":"chat.completion.chunk",'
+                b'"created":1700000000,"model":"' + MODEL.encode() + b'","choices":[{"index":0,'
+                b'"delta":{"content":" token"},"finish_reason":null}],"t":%d}\n\n')
+
+
+async def read_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
+    lower = head.lower()
+    if b"transfer-encoding: chunked" in lower:
+        out = bytearray()
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                return bytes(out)
+            out += await reader.readexactly(size)
+            await reader.readexactly(2)
+    m = re.search(rb"\r\ncontent-length:\s*(\d+)", lower)
+    return await reader.readexactly(int(m.group(1))) if m else b""
+
+
+def big_frames() -> list[bytes]:
+    """Sixteen different SSE frames of 64 KiB (words, so they compress like text)."""
+    rng = random.Random(7)
+    frames = []
+    for _ in range(16):
+        text = " ".join(rng.choices(WORDS[:-7], k=12000)).encode()[: 64 * KIB - 16]
+        frames.append(b"data: " + text + b"\n\n")
+    return frames
+
+
+async def upstream_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """POST /v1/small: a small answer. /v1/chat/completions: the session's
+    next tool call. /v1/stream (body ``n,gap_ms``): n SSE frames gap_ms apart,
+    each holding its monotonic send time (ns). /v1/big (body ``bytes``): that
+    many bytes of 64 KiB SSE frames, as fast as the reader takes them."""
+    frames = big_frames()
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            body = await read_body(reader, head)
+            path = head.split(b" ", 2)[1]
+            if path.endswith(b"/stream") or path.endswith(b"/big"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
+                await writer.drain()
+                if path.endswith(b"/stream"):
+                    n, gap = (int(x) for x in body.split(b","))
+                    for _ in range(n):
+                        await asyncio.sleep(gap / 1000)
+                        data = STREAM_FRAME % time.monotonic_ns()
+                        writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        await writer.drain()
+                else:
+                    left = int(body)
+                    i = 0
+                    while left > 0:
+                        data = frames[i % len(frames)][:left]
+                        writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        await writer.drain()
+                        left -= len(data)
+                        i += 1
+                done = b"data: [DONE]\n\n"
+                writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+            else:
+                if path.endswith(b"/chat/completions"):
+                    answer = completion(body.count(b'"role":"tool"'))
+                else:
+                    answer = SMALL_ANSWER
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+def serve_upstream(port_file: str) -> None:
+    async def run() -> None:
+        server = await asyncio.start_server(upstream_handler, "127.0.0.1", 0, limit=4 * MIB)
+        Path(port_file).write_text(str(server.sockets[0].getsockname()[1]))
+        await server.serve_forever()
+
+    asyncio.run(run())
+
+
+# ----------------------------------------------------------------- the client
+
+
+class Dechunk:
+    """Incremental decoder of a chunked body."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.left = 0
+        self.crlf = False
+        self.done = False
+        self.last = False
+
+    def feed(self, data: bytes) -> bytes:
+        self.buf += data
+        out = bytearray()
+        while not self.done:
+            if self.left:
+                take = self.buf[: self.left]
+                out += take
+                self.buf = self.buf[len(take):]
+                self.left -= len(take)
+                if self.left:
+                    break
+                self.crlf = True
+            if self.crlf or self.last:
+                if len(self.buf) < 2:
+                    break
+                self.buf = self.buf[2:]
+                self.crlf = False
+                if self.last:
+                    self.done = True
+                    break
+            i = self.buf.find(b"\r\n")
+            if i < 0:
+                break
+            size = int(self.buf[:i].split(b";")[0], 16)
+            self.buf = self.buf[i + 2:]
+            if size == 0:
+                self.last = True
+            else:
+                self.left = size
+        return bytes(out)
+
+
+def split_head(buf: bytes) -> tuple[int, dict[str, str], bytes] | None:
+    i = buf.find(b"\r\n\r\n")
+    if i < 0:
+        return None
+    lines = buf[:i].decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(lines[0].split(" ", 2)[1]), headers, buf[i + 4:]
+
+
+def request_bytes(host: str, path: str, body: bytes) -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in HEADERS.items()) + f"Content-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection: ``post`` returns (status, body)."""
+
+    def __init__(self, base: str) -> None:
+        hostport, _, prefix = base.removeprefix("http://").partition("/")
+        self.host = hostport
+        self.prefix = "/" + prefix if prefix else ""
+        self.addr = (hostport.split(":")[0], int(hostport.split(":")[1]))
+        self.sock: socket.socket | None = None
+        self.sent = 0
+        self.received = 0
+
+    def connect(self) -> socket.socket:
+        if self.sock is None:
+            self.sock = socket.create_connection(self.addr)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return self.sock
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        sock = self.connect()
+        data = request_bytes(self.host, self.prefix + path, body)
+        sock.sendall(data)
+        self.sent += len(data)
+        buf = b""
+        while (parsed := split_head(buf)) is None:
+            chunk = sock.recv(256 * KIB)
+            if not chunk:
+                raise ConnectionError(f"{self.host} closed the connection")
+            buf += chunk
+        status, headers, rest = parsed
+        self.received += len(buf) - len(rest)
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            dechunk = Dechunk()
+            out = dechunk.feed(rest)
+            while not dechunk.done:
+                chunk = sock.recv(256 * KIB)
+                if not chunk:
+                    raise ConnectionError(f"{self.host} closed the connection")
+                self.received += len(chunk)
+                out += dechunk.feed(chunk)
+            self.received += len(rest)
+        else:
+            length = int(headers.get("content-length", "0"))
+            out = rest
+            while len(out) < length:
+                chunk = sock.recv(max(256 * KIB, length - len(out)))
+                if not chunk:
+                    raise ConnectionError(f"{self.host} closed the connection")
+                out += chunk
+            self.received += len(out)
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return status, out
+
+    def timed(self, path: str, body: bytes) -> float:
+        """One exchange's round trip, in ms (a non-200 answer stops the bench)."""
+        t = time.perf_counter_ns()
+        status, out = self.post(path, body)
+        ms = (time.perf_counter_ns() - t) / 1e6
+        if status != 200:
+            raise SystemExit(f"bench: {self.host}{path} answered {status}: {out[:300]!r}")
+        return ms
+
+
+STAMP = re.compile(rb'"t":(\d+)\}')
+
+
+def streams(base: str, count: int, frames: int, gap_ms: int) -> tuple[list[float], float]:
+    """``count`` concurrent SSE streams of ``frames`` frames; returns every
+    frame's send-to-arrival delay (ms) and the wall time (s)."""
+    probe = Conn(base)
+    sel = selectors.DefaultSelector()
+    state: dict[socket.socket, list[Any]] = {}
+    t0 = time.perf_counter()
+    for _ in range(count):
+        sock = socket.create_connection(probe.addr)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(request_bytes(probe.host, probe.prefix + "/stream",
+                                   b"%d,%d" % (frames, gap_ms)))
+        sock.setblocking(False)
+        sel.register(sock, selectors.EVENT_READ)
+        state[sock] = [b"", None, b""]  # raw head buffer, Dechunk, partial line
+    delays: list[float] = []
+    while state:
+        for key, _ in sel.select(timeout=30):
+            sock = key.fileobj  # type: ignore[assignment]
+            assert isinstance(sock, socket.socket)
+            chunk = sock.recv(256 * KIB)
+            now = time.monotonic_ns()
+            st = state[sock]
+            if not chunk:
+                raise SystemExit(f"bench: {base} closed a stream early")
+            if st[1] is None:
+                st[0] += chunk
+                parsed = split_head(st[0])
+                if parsed is None:
+                    continue
+                status, headers, chunk = parsed
+                if status != 200 or "chunked" not in headers.get("transfer-encoding", ""):
+                    raise SystemExit(f"bench: {base}/stream answered {status} {headers}")
+                st[1] = Dechunk()
+            dechunk: Dechunk = st[1]
+            text = st[2] + dechunk.feed(chunk)
+            lines = text.split(b"\n")
+            st[2] = lines.pop()
+            for line in lines:
+                m = STAMP.search(line)
+                if m:
+                    delays.append((now - int(m.group(1))) / 1e6)
+            if dechunk.done:
+                sel.unregister(sock)
+                sock.close()
+                del state[sock]
+    return delays, time.perf_counter() - t0
+
+
+def big_stream(base: str, total: int) -> tuple[int, float]:
+    """Read one streamed response of ``total`` bytes of frames; (bytes, s)."""
+    conn = Conn(base)
+    t0 = time.perf_counter()
+    _, body = conn.post("/big", b"%d" % total)
+    conn.close()
+    return len(body), time.perf_counter() - t0
+
+
+# ------------------------------------------------------------ the processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    """A started server process and the base URL it serves."""
+
+    popen: subprocess.Popen[str]
+    url: str
+    err: str = ""
+
+    def stop(self) -> int:
+        """SIGINT, then wait; returns the exit status, keeps stderr in ``err``."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGINT)
+        try:
+            _, err = self.popen.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            _, err = self.popen.communicate()
+        self.err = (err or "").strip()
+        return self.popen.returncode
+
+    def rss(self) -> dict[str, int]:
+        """VmRSS and VmHWM of the process, in bytes."""
+        out = {}
+        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                out[name] = int(value.split()[0]) * 1024
+        return out
+
+
+def wiretape(argv: list[str], watch: Path | None = None) -> Proc:
+    """Start ``wiretape serve ...`` (under bench/loopwatch.py when ``watch``)."""
+    cmd = ([sys.executable, str(HERE / "loopwatch.py"), str(watch), "1"] if watch
+           else [sys.executable, "-m", "wiretape"])
+    popen = subprocess.Popen([*cmd, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, text=True)
+    assert popen.stdout is not None
+    line = popen.stdout.readline()
+    if ": http" not in line:
+        err = popen.stderr.read() if popen.stderr else ""
+        raise SystemExit(f"bench: wiretape did not start: {line!r} {err}")
+    return Proc(popen, line.split(": ", 1)[1].strip().removesuffix("/v1"))
+
+
+def mitmdump(exe: str, upstream: str, flows: Path) -> Proc:
+    port = free_port()
+    popen = subprocess.Popen(
+        [exe, "--mode", f"reverse:{upstream}", "--listen-host", "127.0.0.1",
+         "--listen-port", str(port), "-w", str(flows), "-q"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if popen.poll() is not None:
+            err = popen.stderr.read() if popen.stderr else ""
+            raise SystemExit(f"bench: mitmdump exited: {err}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return Proc(popen, f"http://127.0.0.1:{port}")
+        time.sleep(0.1)
+    popen.kill()
+    raise SystemExit("bench: mitmdump did not listen within 60 s")
+
+
+def rotations(names: list[str], rounds: int) -> Iterator[tuple[int, list[str]]]:
+    """(round, the paths in this round's order): the order rotates each round."""
+    for r in range(rounds):
+        k = r % len(names)
+        yield r, names[k:] + names[:k]
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    i = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
+    return s[i]
+
+
+# ----------------------------------------------------------------- the passes
+
+
+@dataclass
+class Figures:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, name: str, value: float | None, unit: str, target: float | None = None,
+            kind: str = "max", shown: str | None = None) -> None:
+        """A figure; ``kind`` max: PASS when value <= target; n/a when no value."""
+        if value is None or value != value:
+            verdict = "n/a"
+        elif target is None:
+            verdict = ""
+        else:
+            verdict = "PASS" if value <= target else "MISS"
+        self.rows.append({"figure": name, "value": value, "unit": unit, "target": target,
+                          "result": verdict, "shown": shown})
+
+
+def small_exchanges(paths: dict[str, str], n: int) -> dict[str, list[float]]:
+    conns = {name: Conn(url) for name, url in paths.items()}
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for conn in conns.values():
+        for _ in range(20):
+            conn.timed("/v1/small", SMALL_REQUEST)
+    for _, order in rotations(list(paths), n):
+        for name in order:
+            times[name].append(conns[name].timed("/v1/small", SMALL_REQUEST))
+    for conn in conns.values():
+        conn.close()
+    return times
+
+
+def run_session(paths: dict[str, str], bodies: list[bytes]) -> tuple[dict[str, list[float]],
+                                                                       dict[str, int]]:
+    """Each turn sent on every path (rotating order); per path the turn
+    times (ms), and the raw bytes (request + answer, heads included)."""
+    conns = {name: Conn(url) for name, url in paths.items()}
+    for conn in conns.values():
+        conn.connect()
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for t, order in rotations(list(paths), len(bodies)):
+        for name in order:
+            times[name].append(conns[name].timed("/v1/chat/completions", bodies[t]))
+    raw = {name: conn.sent + conn.received for name, conn in conns.items()}
+    for conn in conns.values():
+        conn.close()
+    return times, raw
+
+
+def paired(times: dict[str, list[float]], name: str, turns: list[int] | None = None) -> list[float]:
+    idx = range(len(times[name])) if turns is None else turns
+    return [times[name][i] - times["direct"][i] for i in idx]
+
+
+def stat_run(path: Path) -> int:
+    total = path.stat().st_size
+    for suffix in ("-wal", "-shm", "-journal"):
+        extra = path.with_name(path.name + suffix)
+        if extra.exists():
+            total += extra.stat().st_size
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small run, to iterate")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON")
+    parser.add_argument("--mitmdump", default=None,
+                        help="mitmdump to compare with (default: .venv-bench/bin/mitmdump, "
+                             "else mitmdump on PATH)")
+    parser.add_argument("--requests", type=int, help="small exchanges per path (500)")
+    parser.add_argument("--sessions", type=int, help="50-turn sessions (3)")
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--stream-rounds", type=int, help="single streams per path (3)")
+    parser.add_argument("--frames", type=int, default=200)
+    parser.add_argument("--gap-ms", type=int, default=5)
+    parser.add_argument("--concurrent", type=int, default=64)
+    parser.add_argument("--concurrent-gap-ms", type=int, default=20)
+    parser.add_argument("--big-mib", type=int, help="the streamed response for RSS (200)")
+    parser.add_argument("--check-runs", type=int, help="runs given to wiretape check (1000)")
+    parser.add_argument("--check-budget", type=float,
+                        help="seconds before check is stopped and its time extrapolated (150)")
+    parser.add_argument("--skip", default="", help="comma list of passes to skip: "
+                        "mitm,replay,streams,rss,loop,help,check")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--upstream-only", metavar="PORT_FILE", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.upstream_only:
+        serve_upstream(args.upstream_only)
+        return
+    q = args.quick
+    n_small = args.requests or (100 if q else 500)
+    n_sessions = args.sessions or (1 if q else 3)
+    stream_rounds = args.stream_rounds or (1 if q else 3)
+    frames = 50 if q and args.frames == 200 else args.frames
+    concurrent = 16 if q and args.concurrent == 64 else args.concurrent
+    big = (args.big_mib or (20 if q else 200)) * MIB
+    check_runs = args.check_runs or (20 if q else 1000)
+    check_budget = args.check_budget or (30 if q else 150)
+    skip = set(filter(None, args.skip.split(",")))
+    tmp = Path(tempfile.mkdtemp(prefix="wiretape-bench-"))
+    fig = Figures()
+    started = time.monotonic()
+    fig.details["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                              "load_average_at_start": os.getloadavg()}
+    procs: list[Proc] = []
+    up: subprocess.Popen[bytes] | None = None
+    try:
+        port_file = tmp / "port"
+        up = subprocess.Popen([sys.executable, __file__, "--upstream-only", str(port_file)])
+        while not port_file.exists() or not port_file.read_text():
+            time.sleep(0.02)
+        direct = f"http://127.0.0.1:{port_file.read_text()}"
+        measure(args, fig, tmp, direct, procs, n_small=n_small, n_sessions=n_sessions,
+                stream_rounds=stream_rounds, frames=frames, concurrent=concurrent, big=big,
+                check_runs=check_runs, check_budget=check_budget, skip=skip)
+    finally:
+        for p in procs:
+            if p.popen.poll() is None:
+                p.stop()
+        if up is not None:
+            up.terminate()
+            up.wait()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    fig.details["duration_s"] = round(time.monotonic() - started, 1)
+    fig.details["machine"]["load_average_at_end"] = os.getloadavg()
+    report(fig, args.json)
+
+
+def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, procs: list[Proc],
+            *, n_small: int, n_sessions: int, stream_rounds: int, frames: int, concurrent: int,
+            big: int, check_runs: int, check_budget: float, skip: set[str]) -> None:
+    log = progress()
+    mitm_exe = None if "mitm" in skip else find_mitmdump(args.mitmdump)
+    if "mitm" not in skip and mitm_exe is None:
+        fig.notes.append("mitmproxy is not installed (make bench installs it into .venv-bench): "
+                         "the ratios to it are n/a")
+
+    # 1. small exchanges: direct, wiretape, mitmproxy, interleaved.
+    log("small exchanges")
+    rec = wiretape(["serve", "--record", "--upstream", direct + "/v1", "-o",
+                    str(tmp / "small.wtape")])
+    procs.append(rec)
+    paths = {"direct": direct, "wiretape": rec.url}
+    mitm = None
+    if mitm_exe:
+        mitm = mitmdump(mitm_exe, direct, tmp / "flows.mitm")
+        procs.append(mitm)
+        paths["mitmproxy"] = mitm.url
+    small = small_exchanges(paths, n_small)
+    base50, base99 = pct(small["direct"], 50), pct(small["direct"], 99)
+    added = {name: (pct(v, 50) - base50, pct(v, 99) - base99) for name, v in small.items()}
+    fig.details["small_ms"] = {name: {"p50": round(pct(v, 50), 4), "p99": round(pct(v, 99), 4)}
+                               for name, v in small.items()}
+    fig.add("small exchange: wiretape added p50", added["wiretape"][0], "ms", 0.5)
+    fig.add("small exchange: wiretape added p99", added["wiretape"][1], "ms")
+    if mitm:
+        fig.add("small exchange: mitmproxy added p50", added["mitmproxy"][0], "ms")
+        fig.add("small exchange: wiretape / mitmproxy (added p50)",
+                ratio(added["wiretape"][0], added["mitmproxy"][0]), "x", 0.5)
+
+    # 2. the 50-turn sessions, each recorded by a fresh wiretape.
+    log(f"{n_sessions} agent session(s) of {args.turns} turns")
+    sessions = [session(args.turns, 10 * KIB, MIB, seed) for seed in range(n_sessions)]
+    sizes = [len(b) for b in sessions[0]]
+    around = [t for t, s in enumerate(sizes) if AROUND_300K[0] <= s <= AROUND_300K[1]]
+    fig.details["session_turn_bytes"] = sizes
+    fig.details["turns_around_300KiB"] = around
+    per: dict[str, list[float]] = {"wiretape": [], "mitmproxy": []}
+    per300: dict[str, list[float]] = {"wiretape": [], "mitmproxy": []}
+    run_files: list[Path] = []
+    shares: list[float] = []
+    for i, bodies in enumerate(sessions):
+        run = tmp / f"session{i}.wtape"
+        srec = wiretape(["serve", "--record", "--upstream", direct + "/v1", "-o", str(run)])
+        procs.append(srec)
+        spaths = {"direct": direct, "wiretape": srec.url}
+        if mitm:
+            spaths["mitmproxy"] = mitm.url
+        times, raw = run_session(spaths, bodies)
+        status = srec.stop()
+        procs.remove(srec)
+        if status != 0:
+            raise SystemExit(f"bench: wiretape serve --record exited {status}: {srec.err}")
+        run_files.append(run)
+        shares.append(stat_run(run) / raw["wiretape"])
+        fig.details.setdefault("session_record_summary", srec.err.splitlines()[-1:])
+        for name in per:
+            if name in times:
+                per[name] += paired(times, name)
+                per300[name] += paired(times, name, around)
+    fig.add("session: wiretape added p50, all turns", statistics.median(per["wiretape"]), "ms")
+    fig.add("300 KiB agent request: wiretape added p50", statistics.median(per300["wiretape"]),
+            "ms", 2.0)
+    if mitm:
+        fig.add("session: mitmproxy added p50, all turns", statistics.median(per["mitmproxy"]),
+                "ms")
+        fig.add("300 KiB agent request: mitmproxy added p50",
+                statistics.median(per300["mitmproxy"]), "ms")
+        fig.add("300 KiB agent request: wiretape / mitmproxy (added p50)",
+                ratio(statistics.median(per300["wiretape"]),
+                      statistics.median(per300["mitmproxy"])), "x", 0.2)
+    fig.add("run file / raw bytes of the session", 100 * statistics.median(shares), "%", 10)
+    fig.details["run_file_shares"] = [round(s, 4) for s in shares]
+
+    # 3, 4. SSE streams, single and concurrent (mitmproxy buffers SSE: not compared).
+    if "streams" not in skip:
+        log(f"SSE streams: {stream_rounds} x {frames} frames, then {concurrent} concurrent")
+        spaths = {"direct": direct, "wiretape": rec.url}
+        one: dict[str, list[float]] = {name: [] for name in spaths}
+        for _, order in rotations(list(spaths), stream_rounds * 2):
+            for name in order:
+                one[name] += streams(spaths[name], 1, frames, args.gap_ms)[0]
+        fig.add(f"SSE frame ({args.gap_ms} ms apart): wiretape added p50",
+                pct(one["wiretape"], 50) - pct(one["direct"], 50), "ms", 0.2)
+        fig.add(f"SSE frame ({args.gap_ms} ms apart): wiretape added p99",
+                pct(one["wiretape"], 99) - pct(one["direct"], 99), "ms", 2.0)
+        many: dict[str, list[float]] = {name: [] for name in spaths}
+        walls: dict[str, list[float]] = {name: [] for name in spaths}
+        for _, order in rotations(list(spaths), 2 if not args.quick else 1):
+            for name in order:
+                delays, wall = streams(spaths[name], concurrent, frames, args.concurrent_gap_ms)
+                many[name] += delays
+                walls[name].append(wall)
+        fig.add(f"{concurrent} concurrent streams: wiretape added p50 per frame",
+                pct(many["wiretape"], 50) - pct(many["direct"], 50), "ms")
+        fig.add(f"{concurrent} concurrent streams: wiretape added p99 per frame",
+                pct(many["wiretape"], 99) - pct(many["direct"], 99), "ms")
+        fig.details["stream_frame_ms"] = {
+            "single": {n: {"p50": round(pct(v, 50), 4), "p99": round(pct(v, 99), 4)}
+                       for n, v in one.items()},
+            "concurrent": {n: {"p50": round(pct(v, 50), 4), "p99": round(pct(v, 99), 4),
+                               "wall_s": [round(w, 3) for w in walls[n]]}
+                           for n, v in many.items()}}
+    status = rec.stop()
+    procs.remove(rec)
+    if mitm:
+        mitm.stop()
+        procs.remove(mitm)
+    if status != 0:
+        raise SystemExit(f"bench: wiretape serve --record exited {status}: {rec.err}")
+
+    # 5. replay of the recorded sessions.
+    if "replay" not in skip:
+        log("replay of the sessions")
+        rep_added: list[float] = []
+        verdicts = []
+        for run, bodies in zip(run_files, sessions, strict=True):
+            rep = wiretape(["serve", "--replay", str(run), "--diagnostic"])
+            procs.append(rep)
+            times, _ = run_session({"direct": direct, "replay": rep.url}, bodies)
+            rep.stop()
+            procs.remove(rep)
+            verdicts.append(next((line for line in rep.err.splitlines() if "verdict" in line),
+                                 rep.err[-200:]))
+            rep_added += paired(times, "replay")
+        fig.add("replay of the session: added p50 per request", statistics.median(rep_added),
+                "ms", 1.0)
+        fig.details["replay_verdicts"] = verdicts
+
+    # Peak RSS while recording one big streamed response.
+    if "rss" not in skip:
+        log(f"RSS: one {big // MIB} MiB streamed response")
+        rss = wiretape(["serve", "--record", "--upstream", direct + "/v1", "-o",
+                        str(tmp / "big.wtape")])
+        procs.append(rss)
+        Conn(rss.url).timed("/v1/small", SMALL_REQUEST)
+        time.sleep(0.5)
+        idle = rss.rss()["VmRSS"]
+        got, secs = big_stream(rss.url + "/v1", big)
+        peak = rss.rss()["VmHWM"]
+        _, direct_secs = big_stream(direct + "/v1", big)
+        status = rss.stop()
+        procs.remove(rss)
+        if got < big or status != 0:
+            fig.notes.append(f"the big stream: got {got} of {big} bytes, serve exited {status}")
+        fig.add(f"RSS growth recording one {big // MIB} MiB stream", (peak - idle) / MIB, "MiB",
+                64)
+        fig.details["big_stream"] = {"idle_rss": idle, "peak_rss": peak,
+                                     "wiretape_s": round(secs, 3),
+                                     "direct_s": round(direct_secs, 3),
+                                     "run_file_bytes": stat_run(tmp / "big.wtape")}
+        (tmp / "big.wtape").unlink(missing_ok=True)
+
+    # The event loop, in a debug pass of its own: record, then replay.
+    if "loop" not in skip:
+        log("event loop (asyncio debug pass)")
+        loops: dict[str, dict[str, Any]] = {}
+        watch = tmp / "loop-record.json"
+        w = wiretape(["serve", "--record", "--upstream", direct + "/v1", "-o",
+                      str(tmp / "loop.wtape")], watch=watch)
+        procs.append(w)
+        t0 = time.monotonic()
+        small_exchanges({"wiretape": w.url}, min(n_small, 200))
+        run_session({"wiretape": w.url}, sessions[0])
+        if "streams" not in skip:
+            streams(w.url, 1, frames, args.gap_ms)
+            streams(w.url, concurrent, frames, args.concurrent_gap_ms)
+        window = (t0, time.monotonic())
+        w.stop()
+        procs.remove(w)
+        loops["record"] = blocked(watch, window)
+        watch = tmp / "loop-replay.json"
+        r = wiretape(["serve", "--replay", str(run_files[0]), "--diagnostic"], watch=watch)
+        procs.append(r)
+        t0 = time.monotonic()
+        run_session({"replay": r.url}, sessions[0])
+        window = (t0, time.monotonic())
+        r.stop()
+        procs.remove(r)
+        loops["replay"] = blocked(watch, window)
+        fig.add("event loop blocked, longest, serving (record + replay)",
+                max(v["serving_max_ms"] for v in loops.values()), "ms", 5.0)
+        fig.add("event loop blocked, longest, start-up/shut-down",
+                max(v["outside_max_ms"] for v in loops.values()), "ms")
+        fig.details["event_loop"] = loops
+
+    # `wiretape --help`.
+    if "help" not in skip:
+        log("wiretape --help")
+        starts = []
+        for _ in range(3 if args.quick else 9):
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "wiretape", "--help"], check=True,
+                           stdout=subprocess.DEVNULL)
+            starts.append(time.perf_counter() - t)
+        fig.add("wiretape --help (median)", statistics.median(starts), "s", 0.2)
+
+    # `wiretape check -j 2` on many copies of one tiny run.
+    if "check" not in skip:
+        log(f"wiretape check -j 2 on {check_runs} runs (stopped after {check_budget:.0f} s)")
+        secs, done, est = check_pass(tmp, check_runs, check_budget)
+        shown = (f"{secs:.1f} s" if done == check_runs
+                 else f"~{est:.0f} s (est.: {done} of {check_runs} in {secs:.0f} s)")
+        fig.add(f"wiretape check -j 2, {check_runs} tiny runs", est, "s", shown=shown)
+        fig.details["check"] = {"runs": check_runs, "done": done, "seconds": round(secs, 2),
+                                "estimate_s": round(est, 1)}
+
+
+def blocked(watch: Path, window: tuple[float, float]) -> dict[str, Any]:
+    """The slow callbacks of a loopwatch report: the longest (ms) of those
+    that started within the traffic ``window`` (monotonic s: from the URL
+    being read to the last answer) and of the others (start-up, including a
+    step still running when the URL was printed, and shut-down), counts,
+    and the five longest while serving."""
+    if not watch.exists():
+        raise SystemExit(f"bench: the loop watch wrote no report ({watch.name})")
+    events = json.loads(watch.read_text())["events"]
+    inside = [e for e in events if window[0] <= e[1] - e[0] / 1000 <= window[1]]
+    outside = [e for e in events if e not in inside]
+    inside.sort(reverse=True)
+    return {"serving_max_ms": inside[0][0] if inside else 0.0,
+            "outside_max_ms": max((e[0] for e in outside), default=0.0),
+            "serving_count": len(inside), "serving_over_5ms": sum(e[0] > 5 for e in inside),
+            "serving_top": [[e[0], e[2]] for e in inside[:5]]}
+
+
+def ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def find_mitmdump(given: str | None) -> str | None:
+    if given:
+        return given if Path(given).exists() else None
+    local = HERE.parent / ".venv-bench" / "bin" / "mitmdump"
+    return str(local) if local.exists() else shutil.which("mitmdump")
+
+
+TINY_AGENT = ('curl -s -H "content-type: application/json" -d \'{"model":"fake-model",'
+              '"messages":[{"role":"user","content":"hi"}]}\' "$OPENAI_BASE_URL/chat/completions"')
+
+
+def check_pass(tmp: Path, count: int, budget: float) -> tuple[float, int, float]:
+    """Record one tiny run (curl against the built-in fake provider), copy it
+    ``count`` times, and time ``wiretape check -j 2 --free-ports`` on them.
+    Returns (seconds, runs done, seconds estimated for all): when check is
+    still running after ``budget`` s it is stopped (SIGTERM) and the time for
+    all is extrapolated from the runs done."""
+    fake = subprocess.Popen([sys.executable, "-m", "wiretape.testing", "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert fake.stdout is not None
+        url = fake.stdout.readline().split()[-1]
+        agent = tmp / "tiny-agent"
+        agent.mkdir()
+        subprocess.run([sys.executable, "-m", "wiretape", "record", "--upstream",
+                        f"openai={url}/v1", "-o", str(tmp / "tiny.wtape"), "--", "sh", "-c",
+                        TINY_AGENT], cwd=agent, check=True, capture_output=True)
+    finally:
+        fake.terminate()
+        fake.wait()
+    runs = tmp / "runs"
+    runs.mkdir()
+    for i in range(count):
+        shutil.copyfile(tmp / "tiny.wtape", runs / f"run{i:04d}.wtape")
+    done = 0
+    out = (tmp / "check.out").open("w")
+    t0 = time.monotonic()
+    popen = subprocess.Popen([sys.executable, "-m", "wiretape", "check", "-j", "2",
+                              "--free-ports", str(runs)], stdout=out, stderr=subprocess.PIPE,
+                             text=True, cwd=tmp)
+    timer = threading.Timer(budget, popen.send_signal, (signal.SIGTERM,))
+    timer.start()
+    assert popen.stderr is not None
+    passed = 0
+    for line in popen.stderr:
+        if re.match(r"wiretape check: \[\d+/\d+\]", line):
+            done += 1
+            passed += " PASS " in line
+    popen.wait()
+    secs = time.monotonic() - t0
+    timer.cancel()
+    out.close()
+    if passed < done:
+        print(f"bench: check: {done - passed} of {done} runs did not pass", file=sys.stderr)
+    return secs, done, secs * count / max(done, 1)
+
+
+def progress() -> Callable[[str], None]:
+    t0 = time.monotonic()
+
+    def log(what: str) -> None:
+        print(f"[{time.monotonic() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def report(fig: Figures, json_path: Path | None) -> None:
+    def fmt(v: float | None, unit: str) -> str:
+        if v is None or v != v:
+            return "n/a"
+        if unit == "x":
+            return f"{v:.2f} x"
+        if unit == "%":
+            return f"{v:.1f} %"
+        if unit == "s":
+            return f"{v:.3f} s"
+        return f"{v:.3f} {unit}"
+
+    def target(row: dict[str, Any]) -> str:
+        t = row["target"]
+        if t is None:
+            return "-"
+        return f"<= {t:g} {row['unit']}" if row["unit"] != "x" else f"<= {t:g} x"
+
+    rows = [(r["figure"], r["shown"] or fmt(r["value"], r["unit"]), target(r), r["result"])
+            for r in fig.rows]
+    head = ("figure", "value", "target", "result")
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(4)]
+    for line in [head, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    machine = fig.details["machine"]
+    print(f"{machine['cpus']} CPUs, Python {machine['python']}, load average "
+          f"{machine['load_average_at_start'][0]:.1f} at the start, "
+          f"{machine['load_average_at_end'][0]:.1f} at the end; "
+          f"{fig.details['duration_s']:.0f} s")
+    for note in fig.notes:
+        print(f"note: {note}")
+    loop = fig.details.get("event_loop", {})
+    for name, v in loop.items():
+        for ms, what in v["serving_top"][:3]:
+            print(f"loop ({name}): {ms:.1f} ms  {what[:160]}")
+    if json_path is not None:
+        json_path.write_text(json.dumps({"figures": fig.rows, "notes": fig.notes,
+                                         "details": fig.details}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
