@@ -73,8 +73,20 @@ agents:
 test-agents: $(TOOLS) agents
 	$(BIN)/python -m pytest -n 2 -q -m agents tests/agents
 
-bench: $(TOOLS)
-	$(BIN)/python bench/latency.py
+# The benchmark (bench/README.md) compares with mitmproxy, installed into a
+# venv of its own: its pins conflict with the project's. Without it the bench
+# says so and measures the rest. BENCH_ARGS: e.g. --quick, --json FILE.
+BENCH_VENV := .venv-bench
+BENCH_ARGS ?=
+
+$(BENCH_VENV)/.installed:
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	@$(BENCH_VENV)/bin/python -m pip install -q 'mitmproxy>=11,<12' && touch $@ || \
+	  echo "note: mitmproxy could not be installed into $(BENCH_VENV); make bench goes on without it"
+
+bench: $(BASE) $(BENCH_VENV)/.installed
+	$(BIN)/python bench/agents.py --mitmdump $(BENCH_VENV)/bin/mitmdump $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .wiretape
+	rm -rf $(VENV) $(BENCH_VENV) .wiretape

@@ -379,46 +379,51 @@ class Conn:
             self.sock.close()
             self.sock = None
 
-    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+    def recv(self, sock: socket.socket, size: int = 256 * KIB) -> bytes:
+        chunk = sock.recv(size)
+        if not chunk:
+            raise ConnectionError(f"{self.host} closed the connection")
+        self.received += len(chunk)
+        return chunk
+
+    def post(self, path: str, body: bytes, keep: bool = True) -> tuple[int, bytes, int]:
+        """Send one request, read its whole answer: (status, body, body
+        bytes); with ``keep`` false the body is counted, not kept."""
         sock = self.connect()
         data = request_bytes(self.host, self.prefix + path, body)
         sock.sendall(data)
         self.sent += len(data)
         buf = b""
         while (parsed := split_head(buf)) is None:
-            chunk = sock.recv(256 * KIB)
-            if not chunk:
-                raise ConnectionError(f"{self.host} closed the connection")
-            buf += chunk
+            buf += self.recv(sock)
         status, headers, rest = parsed
-        self.received += len(buf) - len(rest)
+        out = bytearray()
+        count = 0
+
+        def take(piece: bytes) -> None:
+            nonlocal count
+            count += len(piece)
+            if keep:
+                out.extend(piece)
+
         if headers.get("transfer-encoding", "").lower() == "chunked":
             dechunk = Dechunk()
-            out = dechunk.feed(rest)
+            take(dechunk.feed(rest))
             while not dechunk.done:
-                chunk = sock.recv(256 * KIB)
-                if not chunk:
-                    raise ConnectionError(f"{self.host} closed the connection")
-                self.received += len(chunk)
-                out += dechunk.feed(chunk)
-            self.received += len(rest)
+                take(dechunk.feed(self.recv(sock)))
         else:
             length = int(headers.get("content-length", "0"))
-            out = rest
-            while len(out) < length:
-                chunk = sock.recv(max(256 * KIB, length - len(out)))
-                if not chunk:
-                    raise ConnectionError(f"{self.host} closed the connection")
-                out += chunk
-            self.received += len(out)
+            take(rest)
+            while count < length:
+                take(self.recv(sock, max(256 * KIB, length - count)))
         if headers.get("connection", "").lower() == "close":
             self.close()
-        return status, out
+        return status, bytes(out), count
 
     def timed(self, path: str, body: bytes) -> float:
         """One exchange's round trip, in ms (a non-200 answer stops the bench)."""
         t = time.perf_counter_ns()
-        status, out = self.post(path, body)
+        status, out, _ = self.post(path, body)
         ms = (time.perf_counter_ns() - t) / 1e6
         if status != 200:
             raise SystemExit(f"bench: {self.host}{path} answered {status}: {out[:300]!r}")
@@ -480,10 +485,11 @@ def streams(base: str, count: int, frames: int, gap_ms: int) -> tuple[list[float
 def big_stream(base: str, total: int) -> tuple[int, float]:
     """Read one streamed response of ``total`` bytes of frames; (bytes, s)."""
     conn = Conn(base)
+    conn.connect().settimeout(900)
     t0 = time.perf_counter()
-    _, body = conn.post("/big", b"%d" % total)
+    _, _, got = conn.post("/big", b"%d" % total, keep=False)
     conn.close()
-    return len(body), time.perf_counter() - t0
+    return got, time.perf_counter() - t0
 
 
 # ------------------------------------------------------------ the processes
@@ -663,6 +669,10 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--upstream-only", metavar="PORT_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # Stopped by SIGTERM or Ctrl-C (even started in the background, where
+    # SIGINT comes ignored): stop the processes started, remove the scratch.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.upstream_only:
         serve_upstream(args.upstream_only)
         return
@@ -787,7 +797,7 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
         log(f"SSE streams: {stream_rounds} x {frames} frames, then {concurrent} concurrent")
         spaths = {"direct": direct, "wiretape": rec.url}
         one: dict[str, list[float]] = {name: [] for name in spaths}
-        for _, order in rotations(list(spaths), stream_rounds * 2):
+        for _, order in rotations(list(spaths), stream_rounds):
             for name in order:
                 one[name] += streams(spaths[name], 1, frames, args.gap_ms)[0]
         fig.add(f"SSE frame ({args.gap_ms} ms apart): wiretape added p50",
