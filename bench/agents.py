@@ -29,7 +29,8 @@ recording one 200 MiB streamed response; the longest the wiretape event loop
 was blocked (``bench/loopwatch.py``: asyncio debug mode, slow-callback
 threshold 1 ms) while recording and replaying the same traffic; the start
 time of ``wiretape --help``; the time of ``wiretape check -j 2`` on 1,000
-copies of a tiny recorded run.
+copies of a tiny recorded run (stopped after ``--check-budget`` seconds and
+extrapolated from the runs done, then shown as an estimate).
 
 Prints one table (figure, value, target, PASS/MISS); ``--json FILE`` writes
 the figures as JSON too.
@@ -669,13 +670,13 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--upstream-only", metavar="PORT_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.upstream_only:
+        serve_upstream(args.upstream_only)
+        return
     # Stopped by SIGTERM or Ctrl-C (even started in the background, where
     # SIGINT comes ignored): stop the processes started, remove the scratch.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    if args.upstream_only:
-        serve_upstream(args.upstream_only)
-        return
     q = args.quick
     n_small = args.requests or (100 if q else 500)
     n_sessions = args.sessions or (1 if q else 3)
@@ -970,7 +971,8 @@ def check_pass(tmp: Path, count: int, budget: float) -> tuple[float, int, float]
     ``count`` times, and time ``wiretape check -j 2 --free-ports`` on them.
     Returns (seconds, runs done, seconds estimated for all): when check is
     still running after ``budget`` s it is stopped (SIGTERM) and the time for
-    all is extrapolated from the runs done."""
+    all is extrapolated: the time to the first result, plus the pace between
+    the first and the last result for the rest."""
     fake = subprocess.Popen([sys.executable, "-m", "wiretape.testing", "--port", "0"],
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -998,8 +1000,10 @@ def check_pass(tmp: Path, count: int, budget: float) -> tuple[float, int, float]
     timer.start()
     assert popen.stderr is not None
     passed = 0
+    ends: list[float] = []
     for line in popen.stderr:
         if re.match(r"wiretape check: \[\d+/\d+\]", line):
+            ends.append(time.monotonic() - t0)
             done += 1
             passed += " PASS " in line
     popen.wait()
@@ -1008,7 +1012,11 @@ def check_pass(tmp: Path, count: int, budget: float) -> tuple[float, int, float]
     out.close()
     if passed < done:
         print(f"bench: check: {done - passed} of {done} runs did not pass", file=sys.stderr)
-    return secs, done, secs * count / max(done, 1)
+    if done == count:
+        return secs, done, secs
+    if done < 2:
+        return secs, done, secs * count / max(done, 1)
+    return secs, done, ends[0] + (ends[-1] - ends[0]) * (count - 1) / (done - 1)
 
 
 def progress() -> Callable[[str], None]:
