@@ -12,10 +12,12 @@ import contextlib
 import itertools
 import json
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -44,7 +46,7 @@ from wiretape.playback.decide import Mode, Policy
 from wiretape.proxy import upstream
 from wiretape.proxy.http1 import ErrorBody
 from wiretape.proxy.record import Recorder
-from wiretape.proxy.replay import Replayer
+from wiretape.proxy.replay import Replayer, Tape
 from wiretape.proxy.shapes import error_response
 from wiretape.redaction import fingerprint
 from wiretape.store.runfile import RunFile, open_run
@@ -360,6 +362,7 @@ async def replaying(path: Path, mode: Mode, *, base: str = "/v1") -> AsyncIterat
         async with listening(lambda conn_id: replayer.handler("openai", conn_id),
                              error_body=error_body_for(base)) as (_, port):
             yield Replaying(port, replayer, stops)
+        await replayer.finish()
     finally:
         run.close(compact=True)
 
@@ -390,6 +393,60 @@ async def test_replay_exact_serves_the_recorded_head_and_frames(tmp_path: Path) 
     assert rp.stops == []
     assert logged(path, rp.replayer.replay_id) == [
         (0, "exact", 0, True, CHAT), (1, "exact", 1, True, CHAT)]
+
+
+@in_loop
+async def test_replay_answers_before_its_log_row_is_stored(tmp_path: Path) -> None:
+    """The log rows are written off the client's path, in order: a request
+    is answered while the row before it is still being written, and
+    ``finish`` stores them all, each with the time it was decided."""
+    big = chat("x" * 10_000)  # decided off the loop
+    path = tape(tmp_path / "r.wtape", recorded(0, chat("hi")), recorded(1, big),
+                recorded(2, chat("again")))
+    writing = threading.Event()
+    async with replaying(path, Mode.STRICT) as rp, await RawClient.open(rp.port) as client:
+        run = rp.replayer._run
+        store = run.add_replay_request
+
+        def held(*args: object, **kwargs: Any) -> None:
+            writing.wait(30)
+            store(*args, **kwargs)  # type: ignore[arg-type]
+
+        run.add_replay_request = held  # type: ignore[method-assign]
+        answers = []
+        for body in (chat("hi"), big, chat("again")):
+            await client.send(request_bytes("POST", CHAT, body, JSON))
+            answers.append(await asyncio.wait_for(client.response(), 20))
+            assert rp.replayer.rows[-1]["kind"] == "exact"
+        assert logged(path, rp.replayer.replay_id) == []  # nothing stored yet
+        released = time.time_ns()
+        writing.set()
+    assert [a.chunks for a in answers] == [[f.data for f in FRAMES]] * 3
+    assert logged(path, rp.replayer.replay_id) == [
+        (0, "exact", 0, True, CHAT), (1, "exact", 1, True, CHAT), (2, "exact", 2, True, CHAT)]
+    with open_run(path, replay_logs=path.parent / "replays") as stored_run:
+        times = [r["decided_at_ns"] for r in stored_run.replay_requests(rp.replayer.replay_id)]
+    assert times == sorted(times) and times[-1] < released  # when decided, not written
+
+
+def test_the_redactor_sees_the_recorded_requests_only_when_one_holds_a_mask() -> None:
+    """Secrets are learned only where the recording has a mask: with none
+    among the first 8 left on a live request's route, the redactor is given
+    none to search; else all that are left (and a route none is on: all)."""
+    plain = [recorded(seq, chat(f"turn {seq}")) for seq in range(10)]
+    masked = recorded(10, chat("key <redacted*****> here"))
+    stars = recorded(11, chat("rule ****"))
+    live = plain[0].request
+    assert Tape.of(plain).recorded_for(live) == []
+    assert Tape.of([*plain[:3], masked]).recorded_for(live) == [
+        e.request for e in [*plain[:3], masked]]
+    assert Tape.of([*plain[:3], stars]).recorded_for(live) != []
+    assert Tape.of([*plain[:8], masked]).recorded_for(live) == []  # the 9th is not looked at
+    tape_ = Tape.of([*plain[:8], masked])
+    tape_.consume(0)
+    assert tape_.recorded_for(live) == [e.request for e in [*plain[1:8], masked]]
+    other = Request(b"POST", b"/v1/embeddings", live.headers, live.body)
+    assert Tape.of(plain).recorded_for(other) == [e.request for e in plain]
 
 
 @in_loop
