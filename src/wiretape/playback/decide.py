@@ -179,7 +179,7 @@ class Remaining:
     compared most recently (a tree is only read, never changed)."""
 
     #: JSON trees kept (bodies of up to a few MB each)
-    TREES = 8
+    TREES = 4
 
     def __init__(self, candidates: Iterable[Candidate] = ()) -> None:
         self._all: dict[int, Candidate] = {}

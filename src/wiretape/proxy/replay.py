@@ -54,9 +54,6 @@ class Tape:
         return cls({e.seq: e for e in ordered},
                    Remaining(Candidate(e.seq, e.request) for e in ordered))
 
-    def candidates(self) -> Remaining:
-        return self.remaining
-
     def consume(self, seq: int) -> None:
         self.remaining.consume(seq)
 
@@ -151,6 +148,8 @@ class Replayer:
         self._on_decision = on_decision
         self.stopped: str | None = None
         self.rows: list[ReplayRow] = []
+        #: rows decided, not yet handed to the writer (in decision order)
+        self._unwritten: list[tuple[ReplayRow, Request, int]] = []
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
         self._writes: list[asyncio.Future[None]] = []
 
@@ -173,6 +172,7 @@ class Replayer:
     async def finish(self) -> None:
         """Wait until every decision's log row is stored, then stop the
         writer. Raises what a write raised (RunFileError), the first one."""
+        self._write_decided()
         writes, self._writes = self._writes, []
         results = await asyncio.gather(*writes, return_exceptions=True)
         if self._writer is not None:
@@ -214,24 +214,28 @@ class Replayer:
                     "detail": detail,
                 }
                 self.rows.append(row)
-                self._log(row, live, time.time_ns())
+                self._unwritten.append((row, live, time.time_ns()))
                 if self._on_decision is not None:
                     self._on_decision(row)
-        if decision is None:
-            await self._reject(conn, request, "replay_stopped",
-                               f"wiretape: the replay has stopped ({self.stopped}); "
-                               "no further requests are answered")
-            return
-        if decision.serve and decision.seq is not None:
-            await self._serve(conn, self._tape.exchanges[decision.seq])
-        else:
-            await self._reject(conn, request, f"replay_{decision.kind.value}",
-                               _reason(decision, live))
-        if decision.stop:
-            self.stopped = (f"{decision.kind.value} request {live.method.decode()} "
-                            f"{live.target.decode('latin-1')}")
-            if self._on_stop is not None:
-                self._on_stop(self.stopped)
+        try:
+            if decision is None:
+                await self._reject(conn, request, "replay_stopped",
+                                   f"wiretape: the replay has stopped ({self.stopped}); "
+                                   "no further requests are answered")
+                return
+            if decision.serve and decision.seq is not None:
+                await self._serve(conn, self._tape.exchanges[decision.seq])
+            else:
+                await self._reject(conn, request, f"replay_{decision.kind.value}",
+                                   _reason(decision, live))
+            if decision.stop:
+                self.stopped = (f"{decision.kind.value} request {live.method.decode()} "
+                                f"{live.target.decode('latin-1')}")
+                if self._on_stop is not None:
+                    self._on_stop(self.stopped)
+        finally:
+            # After the answer: the row's write does not compete with it.
+            self._write_decided()
 
     def _decide(self, request: Request) -> tuple[Request, Decision | None, Explanation | None]:
         """:meth:`_redact` then :meth:`_judge` (no decision: the replay has
@@ -274,15 +278,23 @@ class Replayer:
                                   semantic_headers=self._policy.semantic_headers)
         return decision, explanation
 
-    def _log(self, row: ReplayRow, live: Request, decided_at_ns: int) -> None:
-        """Store ``row`` in the replay log by the writer thread, in order."""
+    def _write_decided(self) -> None:
+        """Hand the rows decided so far to the writer thread, which stores
+        them in decision order."""
+        if not self._unwritten:
+            return
+        rows, self._unwritten = self._unwritten, []
         if self._writer is None:
             self._writer = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="wiretape-replay-log")
-        write = functools.partial(
-            self._run.add_replay_request, self.replay_id, row["index"], row["kind"], row["seq"],
-            row["served"], live.method, live.target, row["detail"], decided_at_ns=decided_at_ns)
+        write = functools.partial(self._store, rows)
         self._writes.append(asyncio.get_running_loop().run_in_executor(self._writer, write))
+
+    def _store(self, rows: list[tuple[ReplayRow, Request, int]]) -> None:
+        for row, live, decided_at_ns in rows:
+            self._run.add_replay_request(
+                self.replay_id, row["index"], row["kind"], row["seq"], row["served"],
+                live.method, live.target, row["detail"], decided_at_ns=decided_at_ns)
 
     async def _reject(
         self, conn: ClientConnection, request: Request, code: str, message: str
