@@ -170,6 +170,9 @@ def main() -> None:
     parser.add_argument("--without-scan", action="store_true",
                         help="in the replaying process only, redact_text finds nothing: what "
                              "the rest of the replay adds, the redaction scanner apart")
+    parser.add_argument("--in-process", action="store_true",
+                        help="also time the replayer's own work per request in this process "
+                             "(redact, decide, log; the answer written to a null connection)")
     parser.add_argument("--upstream-only", metavar="PORT_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream_only:
@@ -231,6 +234,70 @@ def main() -> None:
         print(f"replay added less that scan p50 {statistics.median(rest):8.3f} ms   "
               f"p99 {quantile(rest, 0.99):8.3f} ms")
     print(f"replay decisions: {dict(kinds)}")
+    if args.in_process:
+        own = [t for _ in range(args.rounds)
+               for t in asyncio.run(replayer_times(run, bodies, args.without_scan))]
+        print(f"replayer's own work (in process, no sockets): p50 {statistics.median(own):8.3f} "
+              f"ms   p99 {quantile(own, 0.99):8.3f} ms   ({len(own)} requests)")
+
+
+class _NullConnection:
+    """Where the in-process replayer writes its answers: nowhere."""
+
+    async def send_head(self, *_args: object, **_kwargs: object) -> None:
+        pass
+
+    async def send_data(self, *_args: object) -> None:
+        pass
+
+    async def end(self) -> None:
+        pass
+
+    async def abort(self) -> None:
+        pass
+
+
+async def replayer_times(run: Path, bodies: list[bytes], without_scan: bool) -> list[float]:
+    """Each request's time (ms) in ``Replayer._answer`` of a fresh replay of
+    ``run``, as ``serve --replay --diagnostic`` makes it (the redactor of
+    this environment); the log rows' writes are waited for at the end when
+    the replayer writes them off the client's path."""
+    import sys as _sys
+
+    from wiretape import redaction
+    from wiretape.launch.replay import live_redactor
+    from wiretape.model import Request
+    from wiretape.playback.decide import Mode, Policy
+    from wiretape.proxy.replay import Replayer
+    from wiretape.store.runfile import RunFile
+
+    scan = redaction.redact_text
+    if without_scan:
+        redaction.redact_text = lambda data, location, rules=None, facts=None: (data, [])
+    opened = RunFile.open(run)
+    try:
+        opened.prepare_for_writes()
+        replayer = Replayer(opened, opened.exchanges(), Policy(mode=Mode.DIAGNOSTIC),
+                            redactor=live_redactor(opened))
+        opened.start_replay(replayer.replay_id, "diagnostic", {})  # type: ignore[typeddict-item]
+        headers = ((b"Host", b"127.0.0.1"), (b"Authorization", f"Bearer {KEY}".encode()),
+                   (b"Content-Type", b"application/json"))
+        out = []
+        for body in bodies:
+            request = Request(b"POST", b"/v1/chat/completions",
+                              (*headers, (b"Content-Length", str(len(body)).encode())), body)
+            t = time.perf_counter_ns()
+            await replayer._answer(_NullConnection(), request)  # type: ignore[arg-type]
+            out.append((time.perf_counter_ns() - t) / 1e6)
+        if hasattr(replayer, "finish"):
+            await replayer.finish()
+        kinds = Counter(row["kind"] for row in replayer.rows)
+        if kinds != Counter(exact=len(bodies)):
+            print(f"in-process replay decided {dict(kinds)}", file=_sys.stderr)
+        return out
+    finally:
+        redaction.redact_text = scan
+        opened.close()
 
 
 def scan_times(bodies: list[bytes]) -> list[float]:

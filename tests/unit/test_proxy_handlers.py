@@ -429,6 +429,30 @@ async def test_replay_answers_before_its_log_row_is_stored(tmp_path: Path) -> No
     assert times == sorted(times) and times[-1] < released  # when decided, not written
 
 
+@in_loop
+async def test_one_thread_hop_at_most_and_none_for_a_small_exact_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small exact request is redacted and decided on the loop; a large one
+    (redaction scans it) and a small one that is not exact take one hop."""
+    hops: list[str] = []
+    real = asyncio.to_thread
+
+    async def counted(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        hops.append(fn.__name__)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    big = chat("x" * 10_000)
+    path = tape(tmp_path / "r.wtape", recorded(0, chat("hi")), recorded(1, big),
+                recorded(2, chat("again")))
+    async with replaying(path, Mode.DIAGNOSTIC) as rp, await RawClient.open(rp.port) as client:
+        for body in (chat("hi"), big, chat("other")):
+            await client.send(request_bytes("POST", CHAT, body, JSON))
+            await client.response()
+    assert [row["kind"] for row in rp.replayer.rows] == ["exact", "exact", "diverged"]
+    assert hops == ["_decide", "_judge"]
+
+
 def test_the_redactor_sees_the_recorded_requests_only_when_one_holds_a_mask() -> None:
     """Secrets are learned only where the recording has a mask: with none
     among the first 8 left on a live request's route, the redactor is given

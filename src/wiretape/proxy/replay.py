@@ -107,8 +107,9 @@ def decision_detail(decision: Decision) -> RequestDetail:
 
 
 #: A live request this small (target and body, bytes) is redacted on the
-#: event loop, and decided there when it is exact: a thread hop would cost
-#: more than the work.
+#: event loop when no recorded request on its route holds a mask to learn
+#: from, and decided there when it is exact: a thread hop would cost more
+#: than the work.
 INLINE_BYTES = 4096
 
 
@@ -184,9 +185,11 @@ class Replayer:
 
     async def _answer(self, conn: ClientConnection, request: Request) -> None:
         async with self._lock:
-            if len(request.body) + len(request.target) <= INLINE_BYTES:
-                # A small request is redacted on the loop, and an exact one
-                # decided there (a dict lookup); any other goes off it.
+            if (len(request.body) + len(request.target) <= INLINE_BYTES
+                    and not self._tape.recorded_for(request)):
+                # A small request with nothing to learn from is redacted on
+                # the loop, and an exact one decided there (a dict lookup);
+                # any other goes off it.
                 live = self._redact(request)
                 decision = None if self.stopped else exact(live, self._tape.remaining,
                                                             self._policy)
