@@ -13,8 +13,8 @@ Each request's round trip is timed with one keep-alive httpx client. The
 added latency of request ``i`` in a replay round is its round trip minus
 the median of request ``i``'s direct round trips. Prints p50 and p99 of the
 added latency (ms) over every replayed request, the replay's verdict kinds
-(every request must be ``exact``), and the same figures for the largest
-requests alone. The redaction scan of each live request (``redact_request``,
+(every request must be ``exact``; ``equivalent`` with ``--fresh-ids``), and
+the same figures for the largest requests alone. The redaction scan of each live request (``redact_request``,
 timed in this process with the ``wiretape`` on ``sys.path``) is shown
 apart, and the added latency less it: what the rest of the replay adds.
 
@@ -47,6 +47,8 @@ ANSWER = (b'{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choi
           b'"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],'
           b'"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}')
 KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
+SESSION_ID = "0190b2a1-1111-7000-8000-000000000001"
+LIVE_SESSION_ID = "0190b2a1-9c2e-7000-8000-00000000f00d"
 
 
 #: ``python -m wiretape`` with a redaction scan that finds nothing (the
@@ -92,7 +94,7 @@ def serve_upstream(port_file: str) -> None:
     asyncio.run(run())
 
 
-def session(turns: int, min_bytes: int, max_bytes: int) -> list[bytes]:
+def session(turns: int, min_bytes: int, max_bytes: int, user: str = "") -> list[bytes]:
     """The request bodies of an agent session: each turn resends the whole
     conversation plus a tool call and its (large) result, growing
     geometrically from ``min_bytes`` to ``max_bytes``."""
@@ -105,7 +107,8 @@ def session(turns: int, min_bytes: int, max_bytes: int) -> list[bytes]:
         target = int(min_bytes * (max_bytes / min_bytes) ** (turn / max(1, turns - 1)))
 
         def body() -> bytes:
-            return json.dumps({"model": "gpt-4o", "messages": messages, "stream": False,
+            return json.dumps({"model": "gpt-4o", "user": user or SESSION_ID,
+                               "messages": messages, "stream": False,
                                "tools": [{"type": "function", "function": {
                                    "name": "read_file", "parameters": {"type": "object"}}}]},
                               separators=(",", ":")).encode()
@@ -173,12 +176,20 @@ def main() -> None:
     parser.add_argument("--in-process", action="store_true",
                         help="also time the replayer's own work per request in this process "
                              "(redact, decide, log; the answer written to a null connection)")
+    parser.add_argument("--fresh-ids", action="store_true",
+                        help="replay another run of the agent: its own session id in every "
+                             "request (--allow ids; each decision is equivalent)")
     parser.add_argument("--upstream-only", metavar="PORT_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream_only:
         serve_upstream(args.upstream_only)
         return
     bodies = session(args.turns, args.min_kib * 1024, args.max_kib * 1024)
+    # --fresh-ids: the replayed session is another run of the agent (its own
+    # session id in every request): each decision is `equivalent` (ids).
+    live = (session(args.turns, args.min_kib * 1024, args.max_kib * 1024, LIVE_SESSION_ID)
+            if args.fresh_ids else bodies)
+    allow = ["--allow", "ids"] if args.fresh_ids else []
     tmp = Path(tempfile.mkdtemp(prefix="wiretape-bench-"))
     port_file = tmp / "port"
     up = subprocess.Popen([sys.executable, __file__, "--upstream-only", str(port_file)])
@@ -204,10 +215,10 @@ def main() -> None:
     kinds: Counter[str] = Counter()
     replaying = [sys.executable, "-c", WITHOUT_SCAN] if args.without_scan else wiretape
     for _ in range(args.rounds):
-        rep, rep_url = start([*replaying, "serve", "--replay", str(run), "--diagnostic",
+        rep, rep_url = start([*replaying, "serve", "--replay", str(run), "--diagnostic", *allow,
                               "--json"])
         with httpx.Client(timeout=120) as client:
-            replayed.append(send_session(client, rep_url, bodies))
+            replayed.append(send_session(client, rep_url, live))
         out, _ = stop(rep)
         kinds.update(_kinds(out))
     base = [statistics.median(d[i] for d in direct) for i in range(len(bodies))]
@@ -236,7 +247,8 @@ def main() -> None:
     print(f"replay decisions: {dict(kinds)}")
     if args.in_process:
         own = [t for _ in range(args.rounds)
-               for t in asyncio.run(replayer_times(run, bodies, args.without_scan))]
+               for t in asyncio.run(replayer_times(run, live, args.without_scan,
+                                                   args.fresh_ids))]
         print(f"replayer's own work (in process, no sockets): p50 {statistics.median(own):8.3f} "
               f"ms   p99 {quantile(own, 0.99):8.3f} ms   ({len(own)} requests)")
 
@@ -257,7 +269,8 @@ class _NullConnection:
         pass
 
 
-async def replayer_times(run: Path, bodies: list[bytes], without_scan: bool) -> list[float]:
+async def replayer_times(run: Path, bodies: list[bytes], without_scan: bool,
+                         fresh_ids: bool = False) -> list[float]:
     """Each request's time (ms) in ``Replayer._answer`` of a fresh replay of
     ``run``, as ``serve --replay --diagnostic`` makes it (the redactor of
     this environment); the log rows' writes are waited for at the end when
@@ -277,7 +290,8 @@ async def replayer_times(run: Path, bodies: list[bytes], without_scan: bool) -> 
     opened = RunFile.open(run)
     try:
         opened.prepare_for_writes()
-        replayer = Replayer(opened, opened.exchanges(), Policy(mode=Mode.DIAGNOSTIC),
+        allow = frozenset({"ids"}) if fresh_ids else frozenset()
+        replayer = Replayer(opened, opened.exchanges(), Policy(mode=Mode.DIAGNOSTIC, allow=allow),
                             redactor=live_redactor(opened))
         opened.start_replay(replayer.replay_id, "diagnostic", {})  # type: ignore[typeddict-item]
         headers = ((b"Host", b"127.0.0.1"), (b"Authorization", f"Bearer {KEY}".encode()),
@@ -292,7 +306,7 @@ async def replayer_times(run: Path, bodies: list[bytes], without_scan: bool) -> 
         if hasattr(replayer, "finish"):
             await replayer.finish()
         kinds = Counter(row["kind"] for row in replayer.rows)
-        if kinds != Counter(exact=len(bodies)):
+        if kinds != Counter({"equivalent" if fresh_ids else "exact": len(bodies)}):
             print(f"in-process replay decided {dict(kinds)}", file=_sys.stderr)
         return out
     finally:
