@@ -14,9 +14,10 @@ added latency of request ``i`` in a replay round is its round trip minus
 the median of request ``i``'s direct round trips. Prints p50 and p99 of the
 added latency (ms) over every replayed request, the replay's verdict kinds
 (every request must be ``exact``; ``equivalent`` with ``--fresh-ids``), and
-the same figures for the largest requests alone. The redaction scan of each live request (``redact_request``,
-timed in this process with the ``wiretape`` on ``sys.path``) is shown
-apart, and the added latency less it: what the rest of the replay adds.
+the same figures for the largest requests alone. The redaction scan of each
+live request (``redact_request``, timed in this process with the
+``wiretape`` on ``sys.path``) is shown apart, and the added latency less
+it: what the rest of the replay adds.
 
 With ``--without-scan`` the replaying process skips the redaction scan of
 live text (the session holds no secret in its bodies, so every decision is

@@ -8,6 +8,11 @@ substituted; else the first equal up to learned correspondences
 (matching.correspond: ids, clock shift, key order) is equivalent when every
 rule it needs is allowed, and diverged (naming the rules) when not; else the
 first is diverged; with none left the request is missing.
+
+Nothing is done twice: what is left is a :class:`Remaining`, indexed the way
+these rules look (an exact request is a lookup and one byte comparison), and
+keeping what was read from a recorded body (its text, a recent JSON tree);
+only the chosen request's difference is measured.
 """
 
 from __future__ import annotations
