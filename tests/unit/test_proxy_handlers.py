@@ -48,7 +48,7 @@ from wiretape.proxy.http1 import ErrorBody
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.replay import Replayer, Tape
 from wiretape.proxy.shapes import error_response
-from wiretape.redaction import fingerprint
+from wiretape.redaction import LiveRedactor, fingerprint
 from wiretape.store.runfile import RunFile, open_run
 from wiretape.testing import AsyncFakeProvider, TextTurn
 
@@ -455,8 +455,8 @@ async def test_one_thread_hop_at_most_and_none_for_a_small_exact_request(
 
 def test_the_redactor_sees_the_recorded_requests_only_when_one_holds_a_mask() -> None:
     """Secrets are learned only where the recording has a mask: with none
-    among the first 8 left on a live request's route, the redactor is given
-    none to search; else all that are left (and a route none is on: all)."""
+    left on a live request's route, the redactor is given none to search;
+    else all that are left (and a route none is on: all)."""
     plain = [recorded(seq, chat(f"turn {seq}")) for seq in range(10)]
     masked = recorded(10, chat("key <redacted*****> here"))
     stars = recorded(11, chat("rule ****"))
@@ -465,12 +465,30 @@ def test_the_redactor_sees_the_recorded_requests_only_when_one_holds_a_mask() ->
     assert Tape.of([*plain[:3], masked]).recorded_for(live) == [
         e.request for e in [*plain[:3], masked]]
     assert Tape.of([*plain[:3], stars]).recorded_for(live) != []
-    assert Tape.of([*plain[:8], masked]).recorded_for(live) == []  # the 9th is not looked at
-    tape_ = Tape.of([*plain[:8], masked])
-    tape_.consume(0)
-    assert tape_.recorded_for(live) == [e.request for e in [*plain[1:8], masked]]
+    tape_ = Tape.of([*plain, masked])
+    assert tape_.recorded_for(live) == [e.request for e in [*plain, masked]]
+    tape_.consume(10)
+    assert tape_.recorded_for(live) == []
     other = Request(b"POST", b"/v1/embeddings", live.headers, live.body)
     assert Tape.of(plain).recorded_for(other) == [e.request for e in plain]
+
+
+@pytest.mark.parametrize("before", [0, 7])
+def test_a_secret_masked_in_the_recording_is_learned_from_the_live_request(before: int) -> None:
+    """The live request carries the secret where the recorded one has its
+    mask (after ``before`` recorded requests on the route without one): it
+    is learned, masked, and the request is exact."""
+    secret = b"tok-9f8e7d6c5b4a39281706"
+    others = [recorded(seq, chat(f"turn {seq}")) for seq in range(before)]
+    masked = recorded(before, chat("use " + "<redacted" + "*" * (len(secret) - 10) + ">"))
+    replayer = Replayer(None, [*others, masked], Policy(mode=Mode.DIAGNOSTIC),  # type: ignore[arg-type]
+                        redactor=LiveRedactor(prints={fingerprint(secret): "env:TOKEN"}))
+    body = chat("use " + secret.decode())
+    request = Request(b"POST", CHAT.encode(), masked.request.headers, body)
+    live, decision, explanation = replayer._decide(request)
+    assert live.body == masked.request.body
+    assert decision is not None and (decision.kind, decision.seq) == ("exact", before)
+    assert explanation is None
 
 
 @in_loop

@@ -59,13 +59,12 @@ class Tape:
 
     def recorded_for(self, request: Request) -> list[Request]:
         """The recorded requests ``LiveRedactor.request`` needs to see for
-        the raw live ``request``: none when those left on its route (its
-        first LEARN_FROM) hold no mask, so there is nothing to learn and the
-        redactor's own search over them would find nothing; else all left,
-        as before. (Whether the redacted request kept the route is checked
-        by the caller.)"""
+        the raw live ``request``: none when none left on its route holds a
+        mask, so there is nothing to learn and the redactor's own search
+        over them would find nothing; else all left, as before. (Whether
+        the redacted request kept the route is checked by the caller.)"""
         route = self.remaining.route(request.method, request.path)
-        if route and not any(self._may_hold_mask(c.seq) for c in route[:LEARN_FROM]):
+        if route and not any(self._may_hold_mask(c.seq) for c in route):
             return []
         return [c.request for c in self.remaining]
 
@@ -82,8 +81,6 @@ class Tape:
         return known
 
 
-#: How many recorded requests of a route ``LiveRedactor.request`` learns from.
-LEARN_FROM = 8
 #: Bytes every redaction mask contains one of (``<redacted***>``, ``****``).
 _MASK_MARKERS = (REDACTED[:-1], b"****")
 
