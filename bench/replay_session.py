@@ -33,6 +33,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -143,9 +145,11 @@ def send_session(client: httpx.Client, base: str, bodies: list[bytes]) -> list[f
     return out
 
 
-def start(argv: list[str]) -> tuple[subprocess.Popen[str], str]:
-    """Start a ``wiretape serve`` process; return it and the URL it printed."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start(argv: list[str], state: Path) -> tuple[subprocess.Popen[str], str]:
+    """Start a ``wiretape serve`` process (its replay logs under ``state``);
+    return it and the URL it printed."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "XDG_STATE_HOME": str(state)})
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if ": " not in line:
@@ -206,7 +210,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 direct.append(send_session(client, direct_url, bodies))
         rec, rec_url = start([*wiretape, "serve", "--record", "--upstream", direct_url + "/v1",
-                              "-o", str(run)])
+                              "-o", str(run)], tmp / "state")
         with httpx.Client(timeout=120) as client:
             send_session(client, rec_url, bodies)
         stop(rec)
@@ -217,7 +221,7 @@ def main() -> None:
     replaying = [sys.executable, "-c", WITHOUT_SCAN] if args.without_scan else wiretape
     for _ in range(args.rounds):
         rep, rep_url = start([*replaying, "serve", "--replay", str(run), "--diagnostic", *allow,
-                              "--json"])
+                              "--json"], tmp / "state")
         with httpx.Client(timeout=120) as client:
             replayed.append(send_session(client, rep_url, live))
         out, _ = stop(rep)
@@ -252,6 +256,7 @@ def main() -> None:
                                                    args.fresh_ids))]
         print(f"replayer's own work (in process, no sockets): p50 {statistics.median(own):8.3f} "
               f"ms   p99 {quantile(own, 0.99):8.3f} ms   ({len(own)} requests)")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 class _NullConnection:
@@ -288,7 +293,7 @@ async def replayer_times(run: Path, bodies: list[bytes], without_scan: bool,
     scan = redaction.redact_text
     if without_scan:
         redaction.redact_text = lambda data, location, rules=None, facts=None: (data, [])
-    opened = RunFile.open(run)
+    opened = RunFile.open(run, replay_logs=run.parent / "replays")
     try:
         opened.prepare_for_writes()
         allow = frozenset({"ids"}) if fresh_ids else frozenset()
