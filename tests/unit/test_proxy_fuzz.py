@@ -141,6 +141,7 @@ def proxies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxies]:
             finally:
                 await record_side.close(grace=1.0)
                 await replay_side.close(grace=1.0)
+                await replayer.finish()
                 await recorder.aclose()
                 recorded.close()
                 replayed.close()

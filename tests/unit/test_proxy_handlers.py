@@ -12,10 +12,12 @@ import contextlib
 import itertools
 import json
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -44,9 +46,9 @@ from wiretape.playback.decide import Mode, Policy
 from wiretape.proxy import upstream
 from wiretape.proxy.http1 import ErrorBody
 from wiretape.proxy.record import Recorder
-from wiretape.proxy.replay import Replayer
+from wiretape.proxy.replay import Replayer, Tape
 from wiretape.proxy.shapes import error_response
-from wiretape.redaction import fingerprint
+from wiretape.redaction import LiveRedactor, fingerprint
 from wiretape.store.runfile import RunFile, open_run
 from wiretape.testing import AsyncFakeProvider, TextTurn
 
@@ -360,6 +362,7 @@ async def replaying(path: Path, mode: Mode, *, base: str = "/v1") -> AsyncIterat
         async with listening(lambda conn_id: replayer.handler("openai", conn_id),
                              error_body=error_body_for(base)) as (_, port):
             yield Replaying(port, replayer, stops)
+        await replayer.finish()
     finally:
         run.close(compact=True)
 
@@ -390,6 +393,102 @@ async def test_replay_exact_serves_the_recorded_head_and_frames(tmp_path: Path) 
     assert rp.stops == []
     assert logged(path, rp.replayer.replay_id) == [
         (0, "exact", 0, True, CHAT), (1, "exact", 1, True, CHAT)]
+
+
+@in_loop
+async def test_replay_answers_before_its_log_row_is_stored(tmp_path: Path) -> None:
+    """The log rows are written off the client's path, in order: a request
+    is answered while the row before it is still being written, and
+    ``finish`` stores them all, each with the time it was decided."""
+    big = chat("x" * 10_000)  # decided off the loop
+    path = tape(tmp_path / "r.wtape", recorded(0, chat("hi")), recorded(1, big),
+                recorded(2, chat("again")))
+    writing = threading.Event()
+    async with replaying(path, Mode.STRICT) as rp, await RawClient.open(rp.port) as client:
+        run = rp.replayer._run
+        store = run.add_replay_request
+
+        def held(*args: object, **kwargs: Any) -> None:
+            writing.wait(30)
+            store(*args, **kwargs)  # type: ignore[arg-type]
+
+        run.add_replay_request = held  # type: ignore[method-assign]
+        answers = []
+        for body in (chat("hi"), big, chat("again")):
+            await client.send(request_bytes("POST", CHAT, body, JSON))
+            answers.append(await asyncio.wait_for(client.response(), 20))
+            assert rp.replayer.rows[-1]["kind"] == "exact"
+        assert logged(path, rp.replayer.replay_id) == []  # nothing stored yet
+        released = time.time_ns()
+        writing.set()
+    assert [a.chunks for a in answers] == [[f.data for f in FRAMES]] * 3
+    assert logged(path, rp.replayer.replay_id) == [
+        (0, "exact", 0, True, CHAT), (1, "exact", 1, True, CHAT), (2, "exact", 2, True, CHAT)]
+    with open_run(path, replay_logs=path.parent / "replays") as stored_run:
+        times = [r["decided_at_ns"] for r in stored_run.replay_requests(rp.replayer.replay_id)]
+    assert times == sorted(times) and times[-1] < released  # when decided, not written
+
+
+@in_loop
+async def test_one_thread_hop_at_most_and_none_for_a_small_exact_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small exact request is redacted and decided on the loop; a large one
+    (redaction scans it) and a small one that is not exact take one hop."""
+    hops: list[str] = []
+    real = asyncio.to_thread
+
+    async def counted(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        hops.append(fn.__name__)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    big = chat("x" * 10_000)
+    path = tape(tmp_path / "r.wtape", recorded(0, chat("hi")), recorded(1, big),
+                recorded(2, chat("again")))
+    async with replaying(path, Mode.DIAGNOSTIC) as rp, await RawClient.open(rp.port) as client:
+        for body in (chat("hi"), big, chat("other")):
+            await client.send(request_bytes("POST", CHAT, body, JSON))
+            await client.response()
+    assert [row["kind"] for row in rp.replayer.rows] == ["exact", "exact", "diverged"]
+    assert hops == ["_decide", "_judge"]
+
+
+def test_the_redactor_sees_the_recorded_requests_only_when_one_holds_a_mask() -> None:
+    """Secrets are learned only where the recording has a mask: with none
+    left on a live request's route, the redactor is given none to search;
+    else all that are left (and a route none is on: all)."""
+    plain = [recorded(seq, chat(f"turn {seq}")) for seq in range(10)]
+    masked = recorded(10, chat("key <redacted*****> here"))
+    stars = recorded(11, chat("rule ****"))
+    live = plain[0].request
+    assert Tape.of(plain).recorded_for(live) == []
+    assert Tape.of([*plain[:3], masked]).recorded_for(live) == [
+        e.request for e in [*plain[:3], masked]]
+    assert Tape.of([*plain[:3], stars]).recorded_for(live) != []
+    tape_ = Tape.of([*plain, masked])
+    assert tape_.recorded_for(live) == [e.request for e in [*plain, masked]]
+    tape_.consume(10)
+    assert tape_.recorded_for(live) == []
+    other = Request(b"POST", b"/v1/embeddings", live.headers, live.body)
+    assert Tape.of(plain).recorded_for(other) == [e.request for e in plain]
+
+
+@pytest.mark.parametrize("before", [0, 7])
+def test_a_secret_masked_in_the_recording_is_learned_from_the_live_request(before: int) -> None:
+    """The live request carries the secret where the recorded one has its
+    mask (after ``before`` recorded requests on the route without one): it
+    is learned, masked, and the request is exact."""
+    secret = b"tok-9f8e7d6c5b4a39281706"
+    others = [recorded(seq, chat(f"turn {seq}")) for seq in range(before)]
+    masked = recorded(before, chat("use " + "<redacted" + "*" * (len(secret) - 10) + ">"))
+    replayer = Replayer(None, [*others, masked], Policy(mode=Mode.DIAGNOSTIC),  # type: ignore[arg-type]
+                        redactor=LiveRedactor(prints={fingerprint(secret): "env:TOKEN"}))
+    body = chat("use " + secret.decode())
+    request = Request(b"POST", CHAT.encode(), masked.request.headers, body)
+    live, decision, explanation = replayer._decide(request)
+    assert live.body == masked.request.body
+    assert decision is not None and (decision.kind, decision.seq) == ("exact", before)
+    assert explanation is None
 
 
 @in_loop

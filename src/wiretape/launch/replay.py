@@ -693,6 +693,8 @@ async def _judge_replay(session: _Replay) -> None:
     await session.stopping.settled()
     run, info, settings, launch = session.run, session.info, session.settings, session.launch
     exit_status, replayer = session.exit_status, session.replayer
+    # Every decision's row is stored before the outcome and the verdict.
+    await replayer.finish()
     # The replay's output and files are redacted as the recording's were,
     # before they are compared and stored.
     redactor = replayer.redactor

@@ -45,7 +45,7 @@ import datetime as dt
 import enum
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from wiretape.matching.jsontree import JsonObject, pointer
@@ -197,21 +197,33 @@ def parse_allowances(text: str, source: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def compare(recorded: str, live: str, learned: Learned, where: str = "") -> Equivalence:
+def compare(recorded: str, live: str, learned: Learned, where: str = "", *,
+            parse: Callable[[str], object] | None = None) -> Equivalence:
     """Whether ``live`` is ``recorded`` up to learned correspondences,
     starting from ``learned`` (not changed: the result carries a copy).
     Both are whole texts (a body, a target, a file); JSON on both sides is
-    compared as trees, JSON Lines line by line, anything else as text."""
+    compared as trees, JSON Lines line by line, anything else as text.
+    ``parse`` reads a whole text as :func:`document` does (a cache of trees
+    read before; the trees are only read, never changed)."""
     result = Equivalence(learned.copy())
     if recorded != live:
-        _Walker(result).texts(recorded, live, where, whole=True,
-                              prefix=where + " " if where else "")
+        _Walker(result, parse or document).texts(recorded, live, where, whole=True,
+                                                  prefix=where + " " if where else "")
     return result
 
 
+def document(text: str) -> object:
+    """The JSON container ``text`` holds (object as JsonObject, or array),
+    else a marker that is neither: what :func:`compare` compares as a tree."""
+    return _json(text)
+
+
 class _Walker:
-    def __init__(self, result: Equivalence) -> None:
+    def __init__(self, result: Equivalence,
+                 parse: Callable[[str], object] | None = None) -> None:
         self.result = result
+        #: how a whole text is read as JSON (inner texts: always afresh)
+        self.parse = parse or _json
         self.state = result.learned
         #: inside a tool's result: only labelled ids, clock and durations
         #: apply (a digest or number there is what the tool said)
@@ -232,7 +244,8 @@ class _Walker:
         is pointed at with ``prefix`` (``where#`` inside a string)."""
         if rec == live or self.result.problem is not None:
             return
-        rec_doc, live_doc = _json(rec), _json(live)
+        read = self.parse if whole else _json
+        rec_doc, live_doc = read(rec), read(live)
         if rec_doc is not _NOT_JSON and live_doc is not _NOT_JSON:
             self.values(rec_doc, live_doc, where + "#" if prefix is None else prefix)
             return

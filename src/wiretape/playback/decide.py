@@ -8,12 +8,18 @@ substituted; else the first equal up to learned correspondences
 (matching.correspond: ids, clock shift, key order) is equivalent when every
 rule it needs is allowed, and diverged (naming the rules) when not; else the
 first is diverged; with none left the request is missing.
+
+Nothing is done twice: what is left is a :class:`Remaining`, indexed the way
+these rules look (an exact request is a lookup and one byte comparison), and
+keeping what was read from a recorded body (its text, a recent JSON tree);
+only the chosen request's difference is measured.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from wiretape.matching import correspond
@@ -132,13 +138,17 @@ def _all_header_map(headers: Headers) -> dict[bytes, list[bytes]]:
 
 def compare(live: Request, recorded: Request, policy: Policy) -> Comparison:
     """Compare on method, target, body bytes and the semantic headers."""
+    return _compare(live, recorded, policy, live.body == recorded.body)
+
+
+def _compare(live: Request, recorded: Request, policy: Policy, same_body: bool) -> Comparison:
     fields: list[str] = []
     if live.method != recorded.method:
         fields.append("method")
     if live.target != recorded.target:
         fields.append("target")
     differ, first = 0, None
-    if live.body != recorded.body:
+    if not same_body:
         fields.append("body")
         region = differing_region(recorded.body, live.body)
         if region is not None:
@@ -155,6 +165,108 @@ def compare(live: Request, recorded: Request, policy: Policy) -> Comparison:
         if name not in policy.semantic_headers and all_live.get(name) != all_rec.get(name)
     )
     return Comparison(tuple(fields), tuple(notes), differ, first)
+
+
+def _same_semantic_headers(live: Request, recorded: Request, policy: Policy) -> bool:
+    wanted = policy.semantic_headers
+    return _header_map(live.headers, wanted) == _header_map(recorded.headers, wanted)
+
+
+class Remaining:
+    """The recorded requests not yet served, in the order given (sequence
+    order), looked up the way :func:`decide` compares them: by method and
+    path, and by method, target and body length (then the bytes: an exact
+    match costs a dict lookup and one byte comparison). ``consume`` takes
+    one out in O(1). Seqs are unique.
+
+    Also what a decision reads from a recorded body, read once: its text
+    (UTF-8, None when it is not), and the JSON trees of the few bodies
+    compared most recently (a tree is only read, never changed)."""
+
+    #: JSON trees kept (bodies of up to a few MB each)
+    TREES = 4
+
+    def __init__(self, candidates: Iterable[Candidate] = ()) -> None:
+        self._all: dict[int, Candidate] = {}
+        self._routes: dict[tuple[bytes, bytes], dict[int, Candidate]] = {}
+        self._bytes: dict[tuple[bytes, bytes, int], dict[int, Candidate]] = {}
+        self._texts: dict[int, str | None] = {}
+        self._trees: OrderedDict[int, tuple[str, object]] = OrderedDict()
+        for cand in candidates:
+            self._all[cand.seq] = cand
+            self._routes.setdefault(_route_key(cand.request), {})[cand.seq] = cand
+            self._bytes.setdefault(_bytes_key(cand.request), {})[cand.seq] = cand
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return iter(self._all.values())
+
+    def __contains__(self, seq: object) -> bool:
+        return seq in self._all
+
+    def seqs(self) -> list[int]:
+        """The seqs left, in order."""
+        return list(self._all)
+
+    def route(self, method: bytes, path: bytes) -> list[Candidate]:
+        """Those with this method and path (the target without its query), in order."""
+        found = self._routes.get((method, path))
+        return list(found.values()) if found else []
+
+    def same_bytes(self, request: Request) -> Iterator[Candidate]:
+        """Those whose method, target and body equal ``request``'s, in order."""
+        found = self._bytes.get(_bytes_key(request))
+        if found:
+            for cand in list(found.values()):
+                if cand.request.body == request.body:
+                    yield cand
+
+    def consume(self, seq: int) -> None:
+        """Take ``seq`` out. Raises KeyError when it is not left."""
+        cand = self._all.pop(seq)
+        route = _route_key(cand.request)
+        del self._routes[route][seq]
+        if not self._routes[route]:
+            del self._routes[route]
+        same = _bytes_key(cand.request)
+        del self._bytes[same][seq]
+        if not self._bytes[same]:
+            del self._bytes[same]
+        self._texts.pop(seq, None)
+        self._trees.pop(seq, None)
+
+    def text(self, cand: Candidate) -> str | None:
+        """The body of ``cand`` as text (None: not UTF-8), decoded once."""
+        if cand.seq not in self._texts:
+            try:
+                self._texts[cand.seq] = cand.request.body.decode("utf-8")
+            except UnicodeDecodeError:
+                self._texts[cand.seq] = None
+        return self._texts[cand.seq]
+
+    def tree(self, cand: Candidate, text: str) -> object:
+        """``text`` (the body of ``cand``) read as correspond.document does;
+        kept for the next decisions."""
+        kept = self._trees.get(cand.seq)
+        if kept is not None and kept[0] is text:
+            self._trees.move_to_end(cand.seq)
+            return kept[1]
+        doc = correspond.document(text)
+        if cand.seq in self._all:
+            self._trees[cand.seq] = (text, doc)
+            while len(self._trees) > self.TREES:
+                self._trees.popitem(last=False)
+        return doc
+
+
+def _route_key(request: Request) -> tuple[bytes, bytes]:
+    return request.method, request.path
+
+
+def _bytes_key(request: Request) -> tuple[bytes, bytes, int]:
+    return request.method, request.target, len(request.body)
 
 
 def apply_substitutions(
@@ -175,28 +287,38 @@ def apply_substitutions(
     return replaced, tuple(fired)
 
 
-def decide(live: Request, remaining: Sequence[Candidate], policy: Policy,
+def exact(live: Request, remaining: Remaining, policy: Policy) -> Decision | None:
+    """The exact decision for ``live`` when a remaining request equals it
+    byte for byte (method, target, body, semantic headers): the first, in
+    order. A dict lookup and a byte comparison; nothing is parsed."""
+    for cand in remaining.same_bytes(live):
+        if _same_semantic_headers(live, cand.request, policy):
+            return Decision(Kind.EXACT, cand.seq, serve=True, stop=False,
+                            comparison=_compare(live, cand.request, policy, True))
+    return None
+
+
+def decide(live: Request, remaining: Sequence[Candidate] | Remaining, policy: Policy,
            learned: Learned | None = None) -> Decision:
     """Decide how to answer ``live`` given the not-yet-served ``remaining``
-    (in sequence order) and what the replay has ``learned`` so far (the
-    identifier bijection and clock shift; a fresh one when None). The
-    decision carries the learned state to hold from then on."""
-    same_route = [
-        c for c in remaining if c.request.method == live.method and c.request.path == live.path
-    ]
+    (in sequence order; a :class:`Remaining` keeps its index and what it
+    read from the recorded bodies for the next decision) and what the
+    replay has ``learned`` so far (the identifier bijection and clock
+    shift; a fresh one when None). The decision carries the learned state
+    to hold from then on. Only the chosen request's difference is measured."""
+    tape = remaining if isinstance(remaining, Remaining) else Remaining(remaining)
+    found_exact = exact(live, tape, policy)
+    if found_exact is not None:
+        return found_exact
+    same_route = tape.route(live.method, live.path)
     strict = policy.mode is Mode.STRICT
-    for cand in same_route:
-        comparison = compare(live, cand.request, policy)
-        if comparison.equal:
-            return Decision(Kind.EXACT, cand.seq, serve=True, stop=False, comparison=comparison)
     substituted: Request = live
     fired: tuple[tuple[str, str, int], ...] = ()
     if policy.substitutions:
         substituted, fired = apply_substitutions(live, policy.substitutions)
-        if fired:
-            for cand in same_route:
-                comparison = compare(substituted, cand.request, policy)
-                if comparison.equal:
+        if fired and substituted.path == live.path:
+            for cand in tape.same_bytes(substituted):
+                if _same_semantic_headers(substituted, cand.request, policy):
                     ok = not strict or policy.allow_substitutions
                     return Decision(
                         Kind.SUBSTITUTED, cand.seq, serve=ok, stop=not ok,
@@ -206,11 +328,12 @@ def decide(live: Request, remaining: Sequence[Candidate], policy: Policy,
     known = learned or Learned(policy.clock_tolerance_s)
     # A learned id may sit in the path itself (/v1/sessions/<id>/...).
     routes = same_route or [
-        c for c in remaining if c.request.method == live.method
+        c for c in tape if c.request.method == live.method
         and correspond.compare(c.request.path.decode("latin-1"), live.path.decode("latin-1"),
                                known).equivalent]
+    live_body = _LiveBody(substituted.body)
     for cand in routes:
-        found = equivalence(substituted, cand.request, policy, known)
+        found = _equivalence(substituted, live_body, cand, tape, policy, known)
         if found is not None and found.equivalent and not found.fired:
             # Equal values in other bytes (spacing, escapes, 1e2 for 100):
             # no rule explains that; the request is what it is.
@@ -239,6 +362,64 @@ def decide(live: Request, remaining: Sequence[Candidate], policy: Policy,
     )
 
 
+class _LiveBody:
+    """The live body as text and as a JSON tree, each read at most once
+    per decision."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self._text: str | None = None
+        self._decoded = False
+        self._tree: tuple[str, object] | None = None
+
+    def text(self) -> str | None:
+        if not self._decoded:
+            self._decoded = True
+            try:
+                self._text = self.body.decode("utf-8")
+            except UnicodeDecodeError:
+                self._text = None
+        return self._text
+
+    def tree(self, text: str) -> object:
+        if self._tree is None or self._tree[0] is not text:
+            self._tree = (text, correspond.document(text))
+        return self._tree[1]
+
+
+def _equivalence(live: Request, live_body: _LiveBody, cand: Candidate, tape: Remaining,
+                 policy: Policy, learned: Learned) -> Equivalence | None:
+    """:func:`equivalence` of ``live`` and ``cand``, reading each body (as
+    text, as a JSON tree) once: the live one's per decision, the recorded
+    one's from ``tape``."""
+    recorded = cand.request
+    if live.method != recorded.method or not _same_semantic_headers(live, recorded, policy):
+        return None
+    rec_text, live_text = tape.text(cand), live_body.text()
+    if rec_text is None or live_text is None:
+        return None
+
+    def parse(text: str) -> object:
+        if text is rec_text:
+            return tape.tree(cand, text)
+        if text is live_text:
+            return live_body.tree(text)
+        return correspond.document(text)
+
+    return _correspond(recorded, live, rec_text, live_text, learned, parse)
+
+
+def _correspond(recorded: Request, live: Request, rec_text: str, live_text: str,
+                learned: Learned, parse: Callable[[str], object] | None = None) -> Equivalence:
+    target = correspond.compare(recorded.target.decode("latin-1"), live.target.decode("latin-1"),
+                                learned, "target")
+    if not target.equivalent:
+        return target
+    body = correspond.compare(rec_text, live_text, target.learned, parse=parse)
+    body.fired[:0] = target.fired
+    return body
+
+
 def equivalence(live: Request, recorded: Request, policy: Policy,
                 learned: Learned) -> Equivalence | None:
     """``live`` against ``recorded`` up to learned correspondences: the
@@ -247,17 +428,10 @@ def equivalence(live: Request, recorded: Request, policy: Policy,
     or semantic headers differ, or a body is not text."""
     if live.method != recorded.method:
         return None
-    wanted = policy.semantic_headers
-    if _header_map(live.headers, wanted) != _header_map(recorded.headers, wanted):
+    if not _same_semantic_headers(live, recorded, policy):
         return None
     try:
         bodies = recorded.body.decode("utf-8"), live.body.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    target = correspond.compare(recorded.target.decode("latin-1"), live.target.decode("latin-1"),
-                                learned, "target")
-    if not target.equivalent:
-        return target
-    body = correspond.compare(*bodies, target.learned)
-    body.fired[:0] = target.fired
-    return body
+    return _correspond(recorded, live, *bodies, learned)

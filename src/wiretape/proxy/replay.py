@@ -12,6 +12,8 @@ its recorded framing, cut off where the recording was cut off.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import itertools
 import secrets
 import time
@@ -19,15 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wiretape.errors import WiretapeError
-from wiretape.matching import explain
+from wiretape.matching import Explanation, explain
 from wiretape.matching.correspond import Learned
-from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail
+from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail, header_values
 from wiretape.origins import parse_upstream
-from wiretape.playback.decide import Candidate, Decision, Kind, Policy, decide
+from wiretape.playback.decide import Candidate, Decision, Kind, Policy, Remaining, decide, exact
 from wiretape.playback.pacing import Pace, schedule
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response, unreachable_response
-from wiretape.redaction import LiveRedactor
+from wiretape.redaction import REDACTED, LiveRedactor
 from wiretape.store.runfile import RunFile
 
 
@@ -37,20 +39,50 @@ def new_replay_id() -> str:
 
 @dataclass
 class Tape:
-    """The recorded exchanges and which of them are still unserved."""
+    """The recorded exchanges and which of them are still unserved,
+    indexed as the decision looks them up (playback.decide.Remaining)."""
 
     exchanges: dict[int, Exchange]
-    remaining: list[int] = field(default_factory=list)
+    remaining: Remaining = field(default_factory=Remaining)
+    #: per recorded exchange: whether its request may hold a redaction mask
+    #: (what a live request's secrets are learned from), looked at once
+    _masked: dict[int, bool] = field(default_factory=dict)
 
     @classmethod
     def of(cls, exchanges: list[Exchange]) -> Tape:
-        return cls({e.seq: e for e in exchanges}, sorted(e.seq for e in exchanges))
-
-    def candidates(self) -> list[Candidate]:
-        return [Candidate(seq, self.exchanges[seq].request) for seq in self.remaining]
+        ordered = sorted(exchanges, key=lambda e: e.seq)
+        return cls({e.seq: e for e in ordered},
+                   Remaining(Candidate(e.seq, e.request) for e in ordered))
 
     def consume(self, seq: int) -> None:
-        self.remaining.remove(seq)
+        self.remaining.consume(seq)
+
+    def recorded_for(self, request: Request) -> list[Request]:
+        """The recorded requests ``LiveRedactor.request`` needs to see for
+        the raw live ``request``: none when none left on its route holds a
+        mask, so there is nothing to learn and the redactor's own search
+        over them would find nothing; else all left, as before. (Whether
+        the redacted request kept the route is checked by the caller.)"""
+        route = self.remaining.route(request.method, request.path)
+        if route and not any(self._may_hold_mask(c.seq) for c in route):
+            return []
+        return [c.request for c in self.remaining]
+
+    def _may_hold_mask(self, seq: int) -> bool:
+        known = self._masked.get(seq)
+        if known is None:
+            request = self.exchanges[seq].request
+            coded = header_values(request.headers, b"content-encoding")
+            # A coded body is looked at decoded by the redactor: assume a mask.
+            known = bool(coded) or any(
+                marker in part for part in (request.target, request.body)
+                for marker in _MASK_MARKERS)
+            self._masked[seq] = known
+        return known
+
+
+#: Bytes every redaction mask contains one of (``<redacted***>``, ``****``).
+_MASK_MARKERS = (REDACTED[:-1], b"****")
 
 
 def decision_detail(decision: Decision) -> RequestDetail:
@@ -71,8 +103,19 @@ def decision_detail(decision: Decision) -> RequestDetail:
     return detail
 
 
+#: A live request this small (target and body, bytes) is redacted on the
+#: event loop when no recorded request on its route holds a mask to learn
+#: from, and decided there when it is exact: a thread hop would cost more
+#: than the work.
+INLINE_BYTES = 4096
+
+
 class Replayer:
-    """Serves one run's tape to live requests and logs every decision."""
+    """Serves one run's tape to live requests and logs every decision.
+
+    Each decision's log row is written to the run in order by a writer
+    thread of its own, off the client's path: :meth:`finish` waits for them
+    all (call it before the replay's verdict is read)."""
 
     def __init__(
         self,
@@ -92,11 +135,8 @@ class Replayer:
         self._tape = Tape.of(exchanges)
         self._responses = tuple(e.response for e in exchanges if e.response is not None)
         self._policy = policy
-        #: the identifier bijection and clock shift learned so far; ids the
-        #: recorded answers carried reached the agent unchanged
-        self.learned = Learned(
-            policy.clock_tolerance_s, recorded_span=policy.recorded_span,
-            served=b"".join(f.data for r in self._responses for f in r.frames))
+        self._learned = Learned(policy.clock_tolerance_s, recorded_span=policy.recorded_span)
+        self._served_known = False
         #: when the replay began serving (epoch seconds)
         self.started_at = time.time()
         self._pace = pace
@@ -106,6 +146,20 @@ class Replayer:
         self._on_decision = on_decision
         self.stopped: str | None = None
         self.rows: list[ReplayRow] = []
+        #: rows decided, not yet handed to the writer (in decision order)
+        self._unwritten: list[tuple[ReplayRow, Request, int]] = []
+        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._writes: list[asyncio.Future[None]] = []
+
+    @property
+    def learned(self) -> Learned:
+        """The identifier bijection and clock shift learned so far; ids the
+        recorded answers carried reached the agent unchanged (their bodies
+        are joined the first time a comparison may need them)."""
+        if not self._served_known:
+            self._learned.served = b"".join(f.data for r in self._responses for f in r.frames)
+            self._served_known = True
+        return self._learned
 
     def handler(self, origin: str, connection_id: int) -> Handler:
         async def handle(conn: ClientConnection, request: Request) -> None:
@@ -113,30 +167,41 @@ class Replayer:
 
         return handle
 
+    async def finish(self) -> None:
+        """Wait until every decision's log row is stored, then stop the
+        writer. Raises what a write raised (RunFileError), the first one."""
+        self._write_decided()
+        writes, self._writes = self._writes, []
+        results = await asyncio.gather(*writes, return_exceptions=True)
+        if self._writer is not None:
+            self._writer.shutdown(wait=False)
+            self._writer = None
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
     async def _answer(self, conn: ClientConnection, request: Request) -> None:
         async with self._lock:
-            # Redacted as the recording was (off the loop: a coded body is
-            # undone), learning secrets the recording masked on this route.
-            recorded = [self._tape.exchanges[seq].request for seq in self._tape.remaining]
-            live = await asyncio.to_thread(self.redactor.request, request, recorded)
-            if self.stopped is not None:
-                decision = None
-            else:
-                # Off the loop: a body that is not exact is parsed and walked.
-                # A live clock reading lies between the replay's start and now.
-                self.learned.live_span = (self.started_at, time.time())
-                decision = await asyncio.to_thread(
-                    decide, live, self._tape.candidates(), self._policy, self.learned)
-                if decision.seq is not None:
+            if (len(request.body) + len(request.target) <= INLINE_BYTES
+                    and not self._tape.recorded_for(request)):
+                # A small request with nothing to learn from is redacted on
+                # the loop, and an exact one decided there (a dict lookup);
+                # any other goes off it.
+                live = self._redact(request)
+                decision = None if self.stopped else exact(live, self._tape.remaining,
+                                                            self._policy)
+                explanation = None
+                if decision is not None and decision.seq is not None:
                     self._tape.consume(decision.seq)
-                if decision.learned is not None:
-                    self.learned = decision.learned
+                elif self.stopped is None:
+                    decision, explanation = await asyncio.to_thread(self._judge, live)
+            else:
+                # Off the loop: redaction scans the body (a coded one is
+                # undone); a body that is not exact is parsed and walked.
+                live, decision, explanation = await asyncio.to_thread(self._decide, request)
+            if decision is not None:
                 detail = decision_detail(decision)
-                if decision.kind in (Kind.DIVERGED, Kind.SUBSTITUTED) and decision.seq is not None:
-                    explanation = await asyncio.to_thread(
-                        explain, self._tape.exchanges[decision.seq].request, live,
-                        recorded_responses=self._responses,
-                        semantic_headers=self._policy.semantic_headers)
+                if explanation is not None:
                     detail["explanation"] = explanation.to_json()
                     detail["body_bytes_differ"] = explanation.bytes_differ
                 row: ReplayRow = {
@@ -149,27 +214,87 @@ class Replayer:
                     "detail": detail,
                 }
                 self.rows.append(row)
-                await asyncio.to_thread(
-                    self._run.add_replay_request, self.replay_id, row["index"], row["kind"],
-                    row["seq"], row["served"], live.method, live.target, row["detail"],
-                )
+                self._unwritten.append((row, live, time.time_ns()))
                 if self._on_decision is not None:
                     self._on_decision(row)
+        try:
+            if decision is None:
+                await self._reject(conn, request, "replay_stopped",
+                                   f"wiretape: the replay has stopped ({self.stopped}); "
+                                   "no further requests are answered")
+                return
+            if decision.serve and decision.seq is not None:
+                await self._serve(conn, self._tape.exchanges[decision.seq])
+            else:
+                await self._reject(conn, request, f"replay_{decision.kind.value}",
+                                   _reason(decision, live))
+            if decision.stop:
+                self.stopped = (f"{decision.kind.value} request {live.method.decode()} "
+                                f"{live.target.decode('latin-1')}")
+                if self._on_stop is not None:
+                    self._on_stop(self.stopped)
+        finally:
+            # After the answer: the row's write does not compete with it.
+            self._write_decided()
+
+    def _decide(self, request: Request) -> tuple[Request, Decision | None, Explanation | None]:
+        """:meth:`_redact` then :meth:`_judge` (no decision: the replay has
+        stopped). CPU work; callers hold the lock."""
+        live = self._redact(request)
+        if self.stopped is not None:
+            return live, None, None
+        return live, *self._judge(live)
+
+    def _redact(self, request: Request) -> Request:
+        """``request`` redacted as the recording was, learning the secrets
+        the recording masked on its route."""
+        tape = self._tape
+        recorded = tape.recorded_for(request)
+        live = self.redactor.request(request, recorded)
+        if not recorded and (live.method, live.path) != (request.method, request.path):
+            # Redaction moved it to another route: learn as from all left.
+            live = self.redactor.request(request, [c.request for c in tape.remaining])
+        return live
+
+    def _judge(self, live: Request) -> tuple[Decision, Explanation | None]:
+        """The decision for the redacted ``live``, with how it differs when
+        it diverged or was substituted; the tape and what was learned move
+        on. CPU work; callers hold the lock."""
+        tape = self._tape
+        decision = exact(live, tape.remaining, self._policy)
         if decision is None:
-            await self._reject(conn, request, "replay_stopped",
-                               f"wiretape: the replay has stopped ({self.stopped}); "
-                               "no further requests are answered")
+            # A live clock reading lies between the replay's start and now.
+            learned = self.learned
+            learned.live_span = (self.started_at, time.time())
+            decision = decide(live, tape.remaining, self._policy, learned)
+            if decision.learned is not None:
+                self._learned = decision.learned
+        if decision.seq is not None:
+            tape.consume(decision.seq)
+        explanation = None
+        if decision.kind in (Kind.DIVERGED, Kind.SUBSTITUTED) and decision.seq is not None:
+            explanation = explain(tape.exchanges[decision.seq].request, live,
+                                  recorded_responses=self._responses,
+                                  semantic_headers=self._policy.semantic_headers)
+        return decision, explanation
+
+    def _write_decided(self) -> None:
+        """Hand the rows decided so far to the writer thread, which stores
+        them in decision order."""
+        if not self._unwritten:
             return
-        if decision.serve and decision.seq is not None:
-            await self._serve(conn, self._tape.exchanges[decision.seq])
-        else:
-            await self._reject(conn, request, f"replay_{decision.kind.value}",
-                               _reason(decision, live))
-        if decision.stop:
-            self.stopped = (f"{decision.kind.value} request {live.method.decode()} "
-                            f"{live.target.decode('latin-1')}")
-            if self._on_stop is not None:
-                self._on_stop(self.stopped)
+        rows, self._unwritten = self._unwritten, []
+        if self._writer is None:
+            self._writer = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="wiretape-replay-log")
+        write = functools.partial(self._store, rows)
+        self._writes.append(asyncio.get_running_loop().run_in_executor(self._writer, write))
+
+    def _store(self, rows: list[tuple[ReplayRow, Request, int]]) -> None:
+        for row, live, decided_at_ns in rows:
+            self._run.add_replay_request(
+                self.replay_id, row["index"], row["kind"], row["seq"], row["served"],
+                live.method, live.target, row["detail"], decided_at_ns=decided_at_ns)
 
     async def _reject(
         self, conn: ClientConnection, request: Request, code: str, message: str

@@ -258,9 +258,10 @@ class ReplayLog:
              r["mode"], json.dumps(r["settings"])))
 
     def add_request(self, replay_id: str, idx: int, kind: ReplayKind, seq: int | None,
-                    served: bool, method: bytes, target: bytes, detail: RequestDetail) -> None:
-        """Write one request's outcome as soon as it is decided (with the
-        replay's start, the first time)."""
+                    served: bool, method: bytes, target: bytes, detail: RequestDetail, *,
+                    decided_at_ns: int | None = None) -> None:
+        """Write one request's outcome, decided at ``decided_at_ns`` (epoch
+        ns; None: now), with the replay's start the first time."""
         with self._lock:
             db = self._writer()
             with transaction(db):
@@ -268,7 +269,8 @@ class ReplayLog:
                 db.execute(
                     "INSERT INTO replay_requests (replay_id, idx, kind, seq, served, method,"
                     " target, decided_at_ns, detail) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (replay_id, idx, kind, seq, int(served), method, target, time.time_ns(),
+                    (replay_id, idx, kind, seq, int(served), method, target,
+                     time.time_ns() if decided_at_ns is None else decided_at_ns,
                      json.dumps(detail)))
 
     def finish(self, replay_id: str, exit_status: int | None, stdout: bytes, stderr: bytes,

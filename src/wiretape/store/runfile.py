@@ -786,13 +786,16 @@ class RunFile:
         method: bytes,
         target: bytes,
         detail: RequestDetail,
+        *,
+        decided_at_ns: int | None = None,
     ) -> None:
-        """Write one request's outcome to the replay log as soon as it is
-        decided."""
+        """Write one request's outcome to the replay log, decided at
+        ``decided_at_ns`` (epoch ns; None: now)."""
         with self._lock:
             log = self._replay_log()
         try:
-            log.add_request(replay_id, idx, kind, seq, served, method, target, detail)
+            log.add_request(replay_id, idx, kind, seq, served, method, target, detail,
+                            decided_at_ns=decided_at_ns)
         except LogError as exc:
             raise RunFileError(self.path, str(exc)) from exc
 
