@@ -21,9 +21,11 @@ values become a fixed marker so a replay with another key still matches.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from wiretape import codings
 from wiretape.model import Exchange, Frame, Headers, Redaction, Request, Response, header_values
@@ -70,6 +72,37 @@ KEY_SHAPES: tuple[tuple[str, re.Pattern[bytes]], ...] = (
 _MASK = re.compile(rb"<redacted\**>|\*{4,}")
 
 
+def _load_re2() -> Any:
+    """The RE2 module (linear-time, one pass for many alternatives), or
+    None where it is not installed: a pure-Python search stands in."""
+    try:
+        return importlib.import_module("re2")
+    except ImportError:
+        return None
+
+
+_re2: Any = _load_re2()
+
+
+def _re2_compile(pattern: bytes) -> Any:
+    """``pattern`` compiled by RE2 over bytes (Latin-1: a byte is a
+    character, whatever the text's encoding), or None without RE2."""
+    if _re2 is None:
+        return None
+    options = _re2.Options()
+    options.encoding = _re2.Options.Encoding.LATIN1
+    return _re2.compile(pattern, options)
+
+
+def _re2_escape(value: bytes) -> bytes:
+    return b"".join(bytes([c]) if chr(c).isascii() and chr(c).isalnum() else b"\\x%02x" % c
+                    for c in value)
+
+
+#: Up to this many literal secrets, each is looked for with ``bytes.find``.
+_FEW_LITERALS = 8
+
+
 def fingerprint(secret: bytes) -> str:
     """First 8 hex digits of the secret's sha256."""
     return hashlib.sha256(secret).hexdigest()[:8]
@@ -97,12 +130,23 @@ class Rules:
     patterns: tuple[tuple[str, re.Pattern[bytes]], ...] = ()
     _literal_re: re.Pattern[bytes] | None = field(init=False, compare=False, repr=False)
     _labels: dict[bytes, str] = field(init=False, compare=False, repr=False)
+    #: the literals to look for, longest first (the order of ``_literal_re``)
+    _literals: tuple[bytes, ...] = field(init=False, compare=False, repr=False)
+    #: many literals: one search for all of them (``finditer``)
+    _literal_finder: Any = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         wanted = {v: label for label, v in self.literals if v and not _is_mask(v)}
-        alternatives = b"|".join(re.escape(v) for v in sorted(wanted, key=len, reverse=True))
+        ordered = tuple(sorted(wanted, key=len, reverse=True))
+        alternatives = b"|".join(re.escape(v) for v in ordered)
+        literal_re = re.compile(alternatives) if wanted else None
+        finder: Any = None
+        if len(ordered) > _FEW_LITERALS:
+            finder = _re2_compile(b"|".join(_re2_escape(v) for v in ordered)) or literal_re
         object.__setattr__(self, "_labels", wanted)
-        object.__setattr__(self, "_literal_re", re.compile(alternatives) if wanted else None)
+        object.__setattr__(self, "_literal_re", literal_re)
+        object.__setattr__(self, "_literals", ordered)
+        object.__setattr__(self, "_literal_finder", finder)
 
     def label(self, secret: bytes) -> str:
         """The label of a literal secret (``literal`` when unknown)."""
@@ -237,26 +281,268 @@ class Facts:
 
 
 
+# -- finding secrets ---------------------------------------------------------------------------
+#
+# What the shapes find is what running each shape's regex over the text,
+# one after another, each over the text the ones before it masked, finds
+# (``re.sub`` per shape). Found here in one pass: candidates (where a shape's
+# literal start follows a non-word byte) come from one search over the
+# text, then each shape's pattern is run anchored at its candidates, and at
+# the end of a mask an earlier shape wrote (a mask ends in ``>`` or ``*``, so
+# a start a word byte hid may follow it now). A mask has no byte a shape can
+# start with or go on through, so a shape can only match where it matches
+# in the original text, never later than there.
+
+#: Bytes that end a key's look-behind: a key does not follow one of them.
+_IS_WORD = bytes(1 if chr(c).isascii() and (chr(c).isalnum() or c == 0x5F) else 0
+                 for c in range(256))
+_LOOK_BEHIND = rb"(?<![A-Za-z0-9_])"
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A key shape as the scanner runs it: the literal ``starts`` its
+    matches begin with, ``pattern`` without the look-behind (run anchored),
+    and whether a word byte before a start rules it out (``boundary``)."""
+
+    label: str
+    starts: tuple[bytes, ...]
+    pattern: re.Pattern[bytes]
+    boundary: bool
+
+
+def _scanner_shape(label: str, pattern: re.Pattern[bytes], starts: tuple[bytes, ...]) -> _Shape:
+    boundary = pattern.pattern.startswith(_LOOK_BEHIND)
+    bare = pattern.pattern[len(_LOOK_BEHIND):] if boundary else pattern.pattern
+    return _Shape(label, starts, re.compile(bare, pattern.flags), boundary)
+
+
+#: The literal starts of each of KEY_SHAPES, in its order.
+_STARTS: tuple[tuple[bytes, ...], ...] = (
+    (b"sk-ant-",),
+    (b"sk-",),
+    (b"AIza",),
+    (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"),
+    (b"github_pat_",),
+    (b"xoxa-", b"xoxb-", b"xoxp-", b"xoxr-", b"xoxs-"),
+    (b"AKIA",),
+    (b"gsk_",),
+    (b"hf_",),
+    (b"rk_live_", b"sk_live_"),
+    (b"-----BEGIN ",),
+)
+_SHAPES: tuple[_Shape, ...] = tuple(
+    _scanner_shape(label, pattern, starts)
+    for (label, pattern), starts in zip(KEY_SHAPES, _STARTS, strict=True))
+_PRIVATE_KEY = len(_SHAPES) - 1
+#: Shape indexes by the first byte of their starts.
+_BY_FIRST: dict[int, tuple[int, ...]] = {
+    first: tuple(i for i, shape in enumerate(_SHAPES) if any(s[0] == first for s in shape.starts))
+    for first in sorted({s[0] for shape in _SHAPES for s in shape.starts})}
+#: Where a pure-Python search looks (a needle, and how far into a start it is).
+_NEEDLES: tuple[tuple[bytes, int], ...] = (
+    (b"sk-", 0), (b"AIza", 0), (b"ghp_", 0), (b"gho_", 0), (b"ghu_", 0), (b"ghs_", 0),
+    (b"ghr_", 0), (b"github_pat_", 0), (b"xox", 0), (b"AKIA", 0), (b"gsk_", 0), (b"hf_", 0),
+    (b"k_live_", 1), (b"-----BEGIN ", 0))
+#: One search for every start after a non-word byte (or at the text's
+#: start), and every private key's start; a start followed by too few of its
+#: shape's bytes is left out where that is common in code (``hf_hub``).
+_CANDIDATES_RE2 = (
+    rb"(?:^|[^A-Za-z0-9_])(?:sk-[A-Za-z0-9_\-]{20}|AIza|gh[pousr]_|github_pat_|xox[abprs]-"
+    rb"|AKIA|gsk_|hf_[A-Za-z0-9]{30}|[rs]k_live_)|-----BEGIN ")
+_candidate_re2: Any = _re2_compile(_CANDIDATES_RE2)
+#: Below this many bytes, the pure-Python search is the quicker one.
+_SMALL = 4096
+
+
+def _candidates(data: bytes) -> list[int]:
+    """Positions (ascending, each once) where a shape may match in ``data``:
+    a superset of those where one matches, its look-behind included."""
+    found: list[int] = []
+    if _candidate_re2 is None or len(data) < _SMALL:
+        for needle, back in _NEEDLES:
+            at = data.find(needle)
+            while at >= 0:
+                if at >= back:
+                    found.append(at - back)
+                at = data.find(needle, at + 1)
+        return sorted(set(found))
+    pos, n = 0, len(data)
+    while pos < n:
+        m = _candidate_re2.search(data, pos)
+        if m is None:
+            break
+        at = m.start()
+        if data.startswith(b"-----BEGIN ", at) or (at == 0 and _IS_WORD[data[0]]):
+            found.append(at)
+            pos = at + 1
+        else:
+            found.append(at + 1)
+            pos = at + 1
+    return found
+
+
+_PK_HEAD = re.compile(rb"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")
+_PK_FOOT = re.compile(rb"-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----")
+_PK_NOT_BODY = re.compile(rb"[^A-Za-z0-9+/=\s:,\-]")
+
+
+class _PrivateKeys:
+    """The private-key shape matched at increasing positions of one text,
+    in linear time overall: a header's body runs to the first footer at
+    least 16 bytes on within the same run of body bytes, and both the run's
+    end and the next footer are remembered for the headers after it."""
+
+    def __init__(self, text: bytes | bytearray) -> None:
+        self.text = text
+        self.run_from = self.run_to = -1
+        self.foot_from, self.foot = -1, -1
+
+    def _footer(self, start: int) -> int:
+        """The first footer at or after ``start`` (len(text) when none)."""
+        if not (self.foot_from <= start <= self.foot):
+            self.foot_from, self.foot = start, self._next_footer(start)
+        return self.foot
+
+    def _next_footer(self, start: int) -> int:
+        text, at = self.text, self.text.find(b"-----END ", start)
+        while at >= 0 and _PK_FOOT.match(text, at) is None:
+            at = text.find(b"-----END ", at + 1)
+        return at if at >= 0 else len(text)
+
+    def match(self, at: int) -> int:
+        """Where the private key starting at ``at`` ends (-1: none does)."""
+        head = _PK_HEAD.match(self.text, at)
+        if head is None:
+            return -1
+        body = head.end()
+        if not (self.run_from <= body <= self.run_to):
+            stop = _PK_NOT_BODY.search(self.text, body)
+            self.run_from, self.run_to = body, stop.start() if stop else len(self.text)
+        foot = self._footer(body + 16)
+        if foot >= self.run_to:
+            return -1
+        end = _PK_FOOT.match(self.text, foot)
+        assert end is not None
+        return end.end()
+
+
+def _find_shapes(data: bytes) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """``data`` with every key shape masked, and (label, secret) of each,
+    as running KEY_SHAPES one after another would give them."""
+    todo: list[list[int]] = [[] for _ in _SHAPES]
+    for at in _candidates(data):
+        for i in _BY_FIRST.get(data[at], ()):
+            todo[i].append(at)
+    text: bytes | bytearray = data
+    found: list[tuple[str, bytes]] = []
+    ends: list[int] = []
+    for i, shape in enumerate(_SHAPES):
+        places = todo[i]
+        if ends:
+            places = sorted({*places, *ends})
+        if not places:
+            continue
+        spans: list[tuple[int, int]] = []
+        pos = 0
+        keys = _PrivateKeys(text) if i == _PRIVATE_KEY else None
+        for at in places:
+            if at < pos or (shape.boundary and at and _IS_WORD[text[at - 1]]):
+                continue
+            if keys is not None:
+                end = keys.match(at)
+            else:
+                m = shape.pattern.match(text, at)
+                end = -1 if m is None else m.end()
+            if end > at:
+                spans.append((at, end))
+                pos = end
+        if spans:
+            if not isinstance(text, bytearray):
+                text = bytearray(data)
+            for start, end in spans:
+                found.append((shape.label, bytes(text[start:end])))
+                text[start:end] = _mask(end - start)
+                ends.append(end)
+    return (data if not found else bytes(text)), found
+
+
+def _find_literals(text: bytes, literals: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    """Spans of ``literals`` (longest first) in ``text``, as one regex of
+    them as alternatives finds them: the leftmost, the longest there, then
+    on after it."""
+    after = [text.find(v) for v in literals]
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    while True:
+        best, size = -1, 0
+        for k, value in enumerate(after):
+            if 0 <= value < pos:
+                value = after[k] = text.find(literals[k], pos)
+            if value >= 0 and (best < 0 or value < best):
+                best, size = value, len(literals[k])
+        if best < 0:
+            return spans
+        spans.append((best, best + size))
+        pos = best + size
+
+
+def _redact(data: bytes, rules: Rules) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """``data`` masked by ``rules``, and (label, secret) of each mask, in
+    the order of the rules (shapes, patterns, literals), each by position."""
+    found: list[tuple[str, bytes]]
+    if rules.shapes is KEY_SHAPES:
+        data, found = _find_shapes(data)
+    else:
+        found = []
+        for label, pattern in rules.shapes:
+            data = _sub(data, label, pattern, rules, found)
+    for label, pattern in rules.patterns:
+        data = _sub(data, label, pattern, rules, found)
+    literals = rules._literals
+    if not literals:
+        return data, found
+    if rules._literal_finder is None:
+        spans = _find_literals(data, literals)
+    else:
+        spans = [m.span() for m in rules._literal_finder.finditer(data)]
+    if spans:
+        out = bytearray(data)
+        for start, end in spans:
+            secret = data[start:end]
+            found.append((rules.label(secret), secret))
+            out[start:end] = _mask(end - start)
+        data = bytes(out)
+    return data, found
+
+
+def _sub(data: bytes, label: str, pattern: re.Pattern[bytes], rules: Rules,
+         found: list[tuple[str, bytes]]) -> bytes:
+    """``data`` with ``pattern``'s matches masked (a match that is a mask
+    already, or empty, stays), each added to ``found``."""
+    if pattern.search(data) is None:
+        return data
+
+    def repl(match: re.Match[bytes]) -> bytes:
+        secret = match.group(0)
+        if not secret or _is_mask(secret):
+            return secret
+        found.append((label or rules.label(secret), secret))
+        return _mask(len(secret))
+
+    return pattern.sub(repl, data)
+
+
 def redact_text(data: bytes, location: str, rules: Rules = STANDARD,
                 facts: Facts | None = None) -> tuple[bytes, list[Redaction]]:
     """``data`` with every secret replaced by a mask of its length, and the
-    facts of what was (also added to ``facts`` when given)."""
-    found = Facts()
-    for label, pattern in rules.all_shapes():
-        if pattern.search(data) is None:
-            continue
-
-        def repl(match: re.Match[bytes], label: str = label) -> bytes:
-            secret = match.group(0)
-            if not secret or _is_mask(secret):
-                return secret
-            found.add(location, label or rules.label(secret), secret)
-            return _mask(len(secret))
-
-        data = pattern.sub(repl, data)
+    facts of what was (also added to ``facts`` when given). ``data`` itself
+    (the same object) when nothing was."""
+    masked, secrets = _redact(data, rules)
+    found = [Redaction(location, label, fingerprint(secret)) for label, secret in secrets]
     if facts is not None:
-        facts.items.extend(found.items)
-    return data, found.items
+        facts.items.extend(found)
+    return masked, found
 
 
 def redact_str(text: str, location: str, rules: Rules = STANDARD,
