@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -344,41 +344,68 @@ _NEEDLES: tuple[tuple[bytes, int], ...] = (
     (b"sk-", 0), (b"AIza", 0), (b"ghp_", 0), (b"gho_", 0), (b"ghu_", 0), (b"ghs_", 0),
     (b"ghr_", 0), (b"github_pat_", 0), (b"xox", 0), (b"AKIA", 0), (b"gsk_", 0), (b"hf_", 0),
     (b"k_live_", 1), (b"-----BEGIN ", 0))
+#: Whether a short text has one of _NEEDLES (one regex is quicker there).
+_ANY_NEEDLE = re.compile(b"|".join(re.escape(needle) for needle, _ in _NEEDLES))
 #: One search for every start after a non-word byte (or at the text's
-#: start), and every private key's start; a start followed by too few of its
-#: shape's bytes is left out where that is common in code (``hf_hub``).
+#: start), and every private key's start; a start that is common in code
+#: (``hf_hub``, ``sk-learn``) only with some of its shape's bytes after it.
 _CANDIDATES_RE2 = (
-    rb"(?:^|[^A-Za-z0-9_])(?:sk-[A-Za-z0-9_\-]{20}|AIza|gh[pousr]_|github_pat_|xox[abprs]-"
-    rb"|AKIA|gsk_|hf_[A-Za-z0-9]{30}|[rs]k_live_)|-----BEGIN ")
-_candidate_re2: Any = _re2_compile(_CANDIDATES_RE2)
-#: Below this many bytes, the pure-Python search is the quicker one.
-_SMALL = 4096
+    rb"(?:^|[^A-Za-z0-9_])(?:sk-[A-Za-z0-9_\-]{8}|AIza|gh[pousr]_|github_pat_|xox[abprs]-"
+    rb"|AKIA|gsk_|hf_[A-Za-z0-9]{8}|[rs]k_live_)|-----BEGIN ")
+
+
+def _re2_search(pattern: bytes) -> Callable[[bytes, int], int] | None:
+    """Where ``pattern`` first matches in a text at or after a position
+    (-1: nowhere), by RE2; None without RE2."""
+    compiled = _re2_compile(pattern)
+    if compiled is None:
+        return None
+    raw, anchor = getattr(compiled, "_regexp", None), getattr(
+        getattr(getattr(_re2, "_re2", None), "RE2", None), "Anchor", None)
+    if raw is not None and anchor is not None:  # the binding itself: a third of the cost
+        unanchored = anchor.UNANCHORED
+
+        def search(data: bytes, pos: int) -> int:
+            return int(raw.Match(unanchored, data, pos, len(data))[0][0])
+        return search
+
+    def search_public(data: bytes, pos: int) -> int:
+        m = compiled.search(data, pos)
+        return -1 if m is None else int(m.start())
+    return search_public
+
+
+_candidate_re2 = _re2_search(_CANDIDATES_RE2)
+#: Up to this many bytes, the pure-Python search is the quicker one.
+_SMALL = 256
 
 
 def _candidates(data: bytes) -> list[int]:
-    """Positions (ascending, each once) where a shape may match in ``data``:
-    a superset of those where one matches, its look-behind included."""
+    """Positions (ascending, each once) where a shape may match in
+    ``data``: a superset of those where one does, look-behind included."""
     found: list[int] = []
-    if _candidate_re2 is None or len(data) < _SMALL:
+    small = len(data) <= _SMALL
+    if small and _ANY_NEEDLE.search(data) is None:
+        return found
+    if small or _candidate_re2 is None:
+        is_word, find = _IS_WORD, data.find
         for needle, back in _NEEDLES:
-            at = data.find(needle)
+            at = find(needle)
             while at >= 0:
-                if at >= back:
-                    found.append(at - back)
-                at = data.find(needle, at + 1)
-        return sorted(set(found))
-    pos, n = 0, len(data)
+                start = at - back
+                if start == 0 or (start > 0 and (not is_word[data[start - 1]] or needle[0] == 45)):
+                    found.append(start)
+                at = find(needle, at + 1)
+        return sorted(set(found)) if found else found
+    search, pos, n = _candidate_re2, 0, len(data)
     while pos < n:
-        m = _candidate_re2.search(data, pos)
-        if m is None:
+        at = search(data, pos)
+        if at < 0:
             break
-        at = m.start()
-        if data.startswith(b"-----BEGIN ", at) or (at == 0 and _IS_WORD[data[0]]):
-            found.append(at)
-            pos = at + 1
-        else:
-            found.append(at + 1)
-            pos = at + 1
+        if not (data.startswith(b"-----BEGIN ", at) or (at == 0 and _IS_WORD[data[0]])):
+            at += 1  # after the non-word byte
+        found.append(at)
+        pos = at + 1
     return found
 
 
@@ -430,17 +457,21 @@ class _PrivateKeys:
 def _find_shapes(data: bytes) -> tuple[bytes, list[tuple[str, bytes]]]:
     """``data`` with every key shape masked, and (label, secret) of each,
     as running KEY_SHAPES one after another would give them."""
+    candidates = _candidates(data)
+    if not candidates:
+        return data, []
     todo: list[list[int]] = [[] for _ in _SHAPES]
-    for at in _candidates(data):
+    for at in candidates:
         for i in _BY_FIRST.get(data[at], ()):
             todo[i].append(at)
     text: bytes | bytearray = data
     found: list[tuple[str, bytes]] = []
-    ends: list[int] = []
+    # where an earlier shape's mask ends, for the later shapes that may start there
+    after_mask: list[list[int]] = [[] for _ in _SHAPES]
     for i, shape in enumerate(_SHAPES):
         places = todo[i]
-        if ends:
-            places = sorted({*places, *ends})
+        if after_mask[i]:
+            places = sorted({*places, *after_mask[i]})
         if not places:
             continue
         spans: list[tuple[int, int]] = []
@@ -460,10 +491,14 @@ def _find_shapes(data: bytes) -> tuple[bytes, list[tuple[str, bytes]]]:
         if spans:
             if not isinstance(text, bytearray):
                 text = bytearray(data)
+            n = len(text)
             for start, end in spans:
                 found.append((shape.label, bytes(text[start:end])))
                 text[start:end] = _mask(end - start)
-                ends.append(end)
+                if end < n:
+                    for later in _BY_FIRST.get(text[end], ()):
+                        if later > i:
+                            after_mask[later].append(end)
     return (data if not found else bytes(text)), found
 
 
