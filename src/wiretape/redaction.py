@@ -770,6 +770,9 @@ class LiveRedactor:
     def __init__(self, rules: Rules = STANDARD, prints: Mapping[str, str] | None = None) -> None:
         self.rules = rules
         self.prints = dict(prints or {})
+        # per recorded request (by identity, held so its id stays its own):
+        # its plain body, and whether its target and plain body have masks
+        self._recorded: dict[int, tuple[Request, bytes, bool, bool]] = {}
 
     def learn_environment(self, env: Mapping[str, str]) -> None:
         """Learn the values in ``env`` the run recorded as redacted."""
@@ -788,24 +791,47 @@ class LiveRedactor:
         something new was learned."""
         if not self.prints or recorded == live or not _MASK.search(recorded):
             return False
+        return self._learn(recorded, live)
+
+    def _learn(self, recorded: bytes, live: bytes) -> bool:
         before = self.rules
         self.rules = self.rules.with_literals(learn(recorded, live, self.prints))
         return self.rules is not before
+
+    def _seen(self, request: Request) -> tuple[bytes, bool, bool]:
+        """A recorded request's plain body, and whether its target and that
+        body have masks: worked out once, however many live requests meet it."""
+        known = self._recorded.get(id(request))
+        if known is None or known[0] is not request:
+            if len(self._recorded) >= 4096:
+                self._recorded.clear()
+            plain = _plain(request)
+            known = (request, plain, _MASK.search(request.target) is not None,
+                     _MASK.search(plain) is not None)
+            self._recorded[id(request)] = known
+        return known[1], known[2], known[3]
 
     def request(self, request: Request, recorded: Sequence[Request]) -> Request:
         """``request`` redacted for comparing with ``recorded`` (the requests
         it may be compared with): learning from those on its route when
         none is equal yet."""
         live, _ = redact_request(request, self.rules)
-        route = [r for r in recorded if r.method == live.method and r.path == live.path]
-        if not self.prints or any(r.target == live.target and r.body == live.body
-                                  for r in route):
+        if not self.prints:
             return live
-        plain = _plain(live)
+        path = live.path
+        route = [r for r in recorded if r.method == live.method and r.path == path]
+        if any(r.target == live.target and r.body == live.body for r in route):
+            return live
+        plain: bytes | None = None
         learned = False
         for r in route[:8]:
-            learned = self.learn_from(r.target, live.target) or learned
-            learned = self.learn_from(_plain(r), plain) or learned
+            body, target_masked, body_masked = self._seen(r)
+            if target_masked and r.target != live.target:
+                learned = self._learn(r.target, live.target) or learned
+            if body_masked:
+                plain = _plain(live) if plain is None else plain
+                if body != plain:
+                    learned = self._learn(body, plain) or learned
         return redact_request(request, self.rules)[0] if learned else live
 
     def text(self, data: bytes, location: str, recorded: bytes | None = None,
