@@ -134,6 +134,10 @@ class Rules:
     _literals: tuple[bytes, ...] = field(init=False, compare=False, repr=False)
     #: many literals: one search for all of them (``finditer``)
     _literal_finder: Any = field(init=False, compare=False, repr=False)
+    #: the key shapes' starts and the literals in one RE2 search, when no
+    #: literal can meet a mask (holds none of ``<>*``, is not in ``redacted``):
+    #: then a literal found nowhere in a text is nowhere after its masks
+    _fused: Callable[[bytes, int], int] | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         wanted = {v: label for label, v in self.literals if v and not _is_mask(v)}
@@ -147,6 +151,11 @@ class Rules:
         object.__setattr__(self, "_literal_re", literal_re)
         object.__setattr__(self, "_literals", ordered)
         object.__setattr__(self, "_literal_finder", finder)
+        fused = None
+        if ordered and self.shapes is KEY_SHAPES and not any(
+                b"<" in v or b">" in v or b"*" in v or v in b"redacted" for v in ordered):
+            fused = _re2_search(b"|".join([_CANDIDATES_RE2, *map(_re2_escape, ordered)]))
+        object.__setattr__(self, "_fused", fused)
 
     def label(self, secret: bytes) -> str:
         """The label of a literal secret (``literal`` when unknown)."""
@@ -380,14 +389,17 @@ _candidate_re2 = _re2_search(_CANDIDATES_RE2)
 _SMALL = 256
 
 
-def _candidates(data: bytes) -> list[int]:
+def _candidates(data: bytes, fused: Callable[[bytes, int], int] | None = None) -> list[int]:
     """Positions (ascending, each once) where a shape may match in
-    ``data``: a superset of those where one does, look-behind included."""
+    ``data``: a superset of those where one does, look-behind included.
+    ``fused``: the RE2 search of the shapes' starts and literal secrets
+    too (a literal's place, and the byte after it, are then among those
+    returned: none means no literal is in ``data`` either)."""
     found: list[int] = []
     small = len(data) <= _SMALL
     if small and _ANY_NEEDLE.search(data) is None:
         return found
-    if small or _candidate_re2 is None:
+    if small or (fused is None and _candidate_re2 is None):
         is_word, find = _IS_WORD, data.find
         for needle, back in _NEEDLES:
             at = find(needle)
@@ -397,7 +409,19 @@ def _candidates(data: bytes) -> list[int]:
                     found.append(start)
                 at = find(needle, at + 1)
         return sorted(set(found)) if found else found
-    search, pos, n = _candidate_re2, 0, len(data)
+    pos, n = 0, len(data)
+    if fused is not None:  # a match may be a literal: every place a match starts
+        while pos < n:
+            at = fused(data, pos)
+            if at < 0:
+                break
+            if not found or found[-1] < at:
+                found.append(at)
+            if at + 1 < n:
+                found.append(at + 1)
+            pos = at + 1
+        return found
+    search = _candidate_re2
     while pos < n:
         at = search(data, pos)
         if at < 0:
@@ -454,12 +478,14 @@ class _PrivateKeys:
         return end.end()
 
 
-def _find_shapes(data: bytes) -> tuple[bytes, list[tuple[str, bytes]]]:
+def _find_shapes(data: bytes, fused: Callable[[bytes, int], int] | None = None,
+                 ) -> tuple[bytes, list[tuple[str, bytes]], bool]:
     """``data`` with every key shape masked, and (label, secret) of each,
-    as running KEY_SHAPES one after another would give them."""
-    candidates = _candidates(data)
+    as running KEY_SHAPES one after another would give them; and whether
+    the search found any place (see :func:`_candidates`)."""
+    candidates = _candidates(data, fused)
     if not candidates:
-        return data, []
+        return data, [], False
     todo: list[list[int]] = [[] for _ in _SHAPES]
     for at in candidates:
         for i in _BY_FIRST.get(data[at], ()):
@@ -499,7 +525,7 @@ def _find_shapes(data: bytes) -> tuple[bytes, list[tuple[str, bytes]]]:
                     for later in _BY_FIRST.get(text[end], ()):
                         if later > i:
                             after_mask[later].append(end)
-    return (data if not found else bytes(text)), found
+    return (data if not found else bytes(text)), found, True
 
 
 def _find_literals(text: bytes, literals: tuple[bytes, ...]) -> list[tuple[int, int]]:
@@ -526,15 +552,18 @@ def _redact(data: bytes, rules: Rules) -> tuple[bytes, list[tuple[str, bytes]]]:
     """``data`` masked by ``rules``, and (label, secret) of each mask, in
     the order of the rules (shapes, patterns, literals), each by position."""
     found: list[tuple[str, bytes]]
+    literals = rules._literals
     if rules.shapes is KEY_SHAPES:
-        data, found = _find_shapes(data)
+        fused = rules._fused if len(data) > _SMALL else None
+        data, found, seen = _find_shapes(data, fused)
+        if fused is not None and not seen:
+            literals = ()  # not in the text, nor where patterns mask (see Rules)
     else:
         found = []
         for label, pattern in rules.shapes:
             data = _sub(data, label, pattern, rules, found)
     for label, pattern in rules.patterns:
         data = _sub(data, label, pattern, rules, found)
-    literals = rules._literals
     if not literals:
         return data, found
     if rules._literal_finder is None:
