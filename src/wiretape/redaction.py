@@ -389,16 +389,17 @@ _candidate_re2 = _re2_search(_CANDIDATES_RE2)
 _SMALL = 256
 
 
-def _candidates(data: bytes, fused: Callable[[bytes, int], int] | None = None) -> list[int]:
+def _candidates(data: bytes, fused: Callable[[bytes, int], int] | None = None,
+                literals: tuple[bytes, ...] = ()) -> tuple[list[int], bool]:
     """Positions (ascending, each once) where a shape may match in
-    ``data``: a superset of those where one does, look-behind included.
-    ``fused``: the RE2 search of the shapes' starts and literal secrets
-    too (a literal's place, and the byte after it, are then among those
-    returned: none means no literal is in ``data`` either)."""
+    ``data``: a superset of those where one does, look-behind included;
+    and whether one of ``literals`` may be in ``data``. ``fused``: the RE2
+    search of the shapes' starts and of ``literals`` too (which then tells
+    whether one is there)."""
     found: list[int] = []
     small = len(data) <= _SMALL
     if small and _ANY_NEEDLE.search(data) is None:
-        return found
+        return found, True
     if small or (fused is None and _candidate_re2 is None):
         is_word, find = _IS_WORD, data.find
         for needle, back in _NEEDLES:
@@ -408,9 +409,10 @@ def _candidates(data: bytes, fused: Callable[[bytes, int], int] | None = None) -
                 if start == 0 or (start > 0 and (not is_word[data[start - 1]] or needle[0] == 45)):
                     found.append(start)
                 at = find(needle, at + 1)
-        return sorted(set(found)) if found else found
+        return (sorted(set(found)) if found else found), True
     pos, n = 0, len(data)
     if fused is not None:  # a match may be a literal: every place a match starts
+        seen = False
         while pos < n:
             at = fused(data, pos)
             if at < 0:
@@ -419,9 +421,11 @@ def _candidates(data: bytes, fused: Callable[[bytes, int], int] | None = None) -
                 found.append(at)
             if at + 1 < n:
                 found.append(at + 1)
+            seen = seen or any(data.startswith(v, at) for v in literals)
             pos = at + 1
-        return found
+        return found, seen
     search = _candidate_re2
+    assert search is not None
     while pos < n:
         at = search(data, pos)
         if at < 0:
@@ -430,7 +434,7 @@ def _candidates(data: bytes, fused: Callable[[bytes, int], int] | None = None) -
             at += 1  # after the non-word byte
         found.append(at)
         pos = at + 1
-    return found
+    return found, True
 
 
 _PK_HEAD = re.compile(rb"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")
@@ -479,13 +483,13 @@ class _PrivateKeys:
 
 
 def _find_shapes(data: bytes, fused: Callable[[bytes, int], int] | None = None,
-                 ) -> tuple[bytes, list[tuple[str, bytes]], bool]:
+                 literals: tuple[bytes, ...] = ()) -> tuple[bytes, list[tuple[str, bytes]], bool]:
     """``data`` with every key shape masked, and (label, secret) of each,
     as running KEY_SHAPES one after another would give them; and whether
-    the search found any place (see :func:`_candidates`)."""
-    candidates = _candidates(data, fused)
+    one of ``literals`` may be in ``data`` (see :func:`_candidates`)."""
+    candidates, seen = _candidates(data, fused, literals)
     if not candidates:
-        return data, [], False
+        return data, [], seen
     todo: list[list[int]] = [[] for _ in _SHAPES]
     for at in candidates:
         for i in _BY_FIRST.get(data[at], ()):
@@ -525,7 +529,7 @@ def _find_shapes(data: bytes, fused: Callable[[bytes, int], int] | None = None,
                     for later in _BY_FIRST.get(text[end], ()):
                         if later > i:
                             after_mask[later].append(end)
-    return (data if not found else bytes(text)), found, True
+    return (data if not found else bytes(text)), found, seen
 
 
 def _find_literals(text: bytes, literals: tuple[bytes, ...]) -> list[tuple[int, int]]:
@@ -555,8 +559,8 @@ def _redact(data: bytes, rules: Rules) -> tuple[bytes, list[tuple[str, bytes]]]:
     literals = rules._literals
     if rules.shapes is KEY_SHAPES:
         fused = rules._fused if len(data) > _SMALL else None
-        data, found, seen = _find_shapes(data, fused)
-        if fused is not None and not seen:
+        data, found, seen = _find_shapes(data, fused, literals)
+        if not seen:
             literals = ()  # not in the text, nor where patterns mask (see Rules)
     else:
         found = []
