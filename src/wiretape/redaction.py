@@ -302,7 +302,8 @@ class Facts:
 # start with or go on through, so a shape can only match where it matches
 # in the original text, never later than there.
 
-#: Bytes that end a key's look-behind: a key does not follow one of them.
+#: 1 for a word byte (``[A-Za-z0-9_]``): a key shape with a look-behind
+#: never starts right after one.
 _IS_WORD = bytes(1 if chr(c).isascii() and (chr(c).isalnum() or c == 0x5F) else 0
                  for c in range(256))
 _LOOK_BEHIND = rb"(?<![A-Za-z0-9_])"
@@ -604,8 +605,7 @@ def _sub(data: bytes, label: str, pattern: re.Pattern[bytes], rules: Rules,
 def redact_text(data: bytes, location: str, rules: Rules = STANDARD,
                 facts: Facts | None = None) -> tuple[bytes, list[Redaction]]:
     """``data`` with every secret replaced by a mask of its length, and the
-    facts of what was (also added to ``facts`` when given). ``data`` itself
-    (the same object) when nothing was."""
+    facts of what was (also added to ``facts`` when given)."""
     masked, secrets = _redact(data, rules)
     found = [Redaction(location, label, fingerprint(secret)) for label, secret in secrets]
     if facts is not None:
