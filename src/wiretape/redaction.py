@@ -397,20 +397,34 @@ def _candidates(data: bytes, fused: Callable[[bytes, int], int] | None = None,
     and whether one of ``literals`` may be in ``data``. ``fused``: the RE2
     search of the shapes' starts and of ``literals`` too (which then tells
     whether one is there)."""
-    found: list[int] = []
     small = len(data) <= _SMALL
     if small and _ANY_NEEDLE.search(data) is None:
-        return found, True
-    if small or (fused is None and _candidate_re2 is None):
-        is_word, find = _IS_WORD, data.find
-        for needle, back in _NEEDLES:
-            at = find(needle)
-            while at >= 0:
-                start = at - back
-                if start == 0 or (start > 0 and (not is_word[data[start - 1]] or needle[0] == 45)):
-                    found.append(start)
-                at = find(needle, at + 1)
-        return (sorted(set(found)) if found else found), True
+        return [], True
+    if not small and (fused is not None or _candidate_re2 is not None):
+        searched = _searched(data, fused, literals)
+        if searched is not None:
+            return searched
+    found: list[int] = []
+    is_word, find = _IS_WORD, data.find
+    for needle, back in _NEEDLES:
+        at = find(needle)
+        while at >= 0:
+            start = at - back
+            if start == 0 or (start > 0 and (not is_word[data[start - 1]] or needle[0] == 45)):
+                found.append(start)
+            at = find(needle, at + 1)
+    return (sorted(set(found)) if found else found), True
+
+
+#: More candidates than this: RE2's search, a call each, gives way to finds.
+_MANY = 256
+
+
+def _searched(data: bytes, fused: Callable[[bytes, int], int] | None,
+              literals: tuple[bytes, ...]) -> tuple[list[int], bool] | None:
+    """:func:`_candidates` by RE2 (None: too many of them, so many a text
+    of private-key headers has, for a call each)."""
+    found: list[int] = []
     pos, n = 0, len(data)
     if fused is not None:  # a match may be a literal: every place a match starts
         seen = False
@@ -424,6 +438,8 @@ def _candidates(data: bytes, fused: Callable[[bytes, int], int] | None = None,
                 found.append(at + 1)
             seen = seen or any(data.startswith(v, at) for v in literals)
             pos = at + 1
+            if len(found) > _MANY:
+                return None
         return found, seen
     search = _candidate_re2
     assert search is not None
@@ -435,6 +451,8 @@ def _candidates(data: bytes, fused: Callable[[bytes, int], int] | None = None,
             at += 1  # after the non-word byte
         found.append(at)
         pos = at + 1
+        if len(found) > _MANY:
+            return None
     return found, True
 
 
