@@ -21,9 +21,11 @@ values become a fixed marker so a replay with another key still matches.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from wiretape import codings
 from wiretape.model import Exchange, Frame, Headers, Redaction, Request, Response, header_values
@@ -70,6 +72,37 @@ KEY_SHAPES: tuple[tuple[str, re.Pattern[bytes]], ...] = (
 _MASK = re.compile(rb"<redacted\**>|\*{4,}")
 
 
+def _load_re2() -> Any:
+    """The RE2 module (linear-time, one pass for many alternatives), or
+    None where it is not installed: a pure-Python search stands in."""
+    try:
+        return importlib.import_module("re2")
+    except ImportError:
+        return None
+
+
+_re2: Any = _load_re2()
+
+
+def _re2_compile(pattern: bytes) -> Any:
+    """``pattern`` compiled by RE2 over bytes (Latin-1: a byte is a
+    character, whatever the text's encoding), or None without RE2."""
+    if _re2 is None:
+        return None
+    options = _re2.Options()
+    options.encoding = _re2.Options.Encoding.LATIN1
+    return _re2.compile(pattern, options)
+
+
+def _re2_escape(value: bytes) -> bytes:
+    return b"".join(bytes([c]) if chr(c).isascii() and chr(c).isalnum() else b"\\x%02x" % c
+                    for c in value)
+
+
+#: Up to this many literal secrets, each is looked for with ``bytes.find``.
+_FEW_LITERALS = 8
+
+
 def fingerprint(secret: bytes) -> str:
     """First 8 hex digits of the secret's sha256."""
     return hashlib.sha256(secret).hexdigest()[:8]
@@ -97,12 +130,32 @@ class Rules:
     patterns: tuple[tuple[str, re.Pattern[bytes]], ...] = ()
     _literal_re: re.Pattern[bytes] | None = field(init=False, compare=False, repr=False)
     _labels: dict[bytes, str] = field(init=False, compare=False, repr=False)
+    #: the literals to look for, longest first (the order of ``_literal_re``)
+    _literals: tuple[bytes, ...] = field(init=False, compare=False, repr=False)
+    #: many literals: one search for all of them (``finditer``)
+    _literal_finder: Any = field(init=False, compare=False, repr=False)
+    #: the key shapes' starts and the literals in one RE2 search, when no
+    #: literal can meet a mask (holds none of ``<>*``, is not in ``redacted``):
+    #: then a literal found nowhere in a text is nowhere after its masks
+    _fused: Callable[[bytes, int], int] | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         wanted = {v: label for label, v in self.literals if v and not _is_mask(v)}
-        alternatives = b"|".join(re.escape(v) for v in sorted(wanted, key=len, reverse=True))
+        ordered = tuple(sorted(wanted, key=len, reverse=True))
+        alternatives = b"|".join(re.escape(v) for v in ordered)
+        literal_re = re.compile(alternatives) if wanted else None
+        finder: Any = None
+        if len(ordered) > _FEW_LITERALS:
+            finder = _re2_compile(b"|".join(_re2_escape(v) for v in ordered)) or literal_re
         object.__setattr__(self, "_labels", wanted)
-        object.__setattr__(self, "_literal_re", re.compile(alternatives) if wanted else None)
+        object.__setattr__(self, "_literal_re", literal_re)
+        object.__setattr__(self, "_literals", ordered)
+        object.__setattr__(self, "_literal_finder", finder)
+        fused = None
+        if ordered and self.shapes is KEY_SHAPES and not any(
+                b"<" in v or b">" in v or b"*" in v or v in b"redacted" for v in ordered):
+            fused = _re2_search(b"|".join([_CANDIDATES_RE2, *map(_re2_escape, ordered)]))
+        object.__setattr__(self, "_fused", fused)
 
     def label(self, secret: bytes) -> str:
         """The label of a literal secret (``literal`` when unknown)."""
@@ -237,26 +290,345 @@ class Facts:
 
 
 
+# -- finding secrets ---------------------------------------------------------------------------
+#
+# What the shapes find is what running each shape's regex over the text,
+# one after another, each over the text the ones before it masked, finds
+# (``re.sub`` per shape). Found here in one pass: candidates (where a shape's
+# literal start follows a non-word byte) come from one search over the
+# text, then each shape's pattern is run anchored at its candidates, and at
+# the end of a mask an earlier shape wrote (a mask ends in ``>`` or ``*``, so
+# a start a word byte hid may follow it now). A mask has no byte a shape can
+# start with or go on through, so a shape can only match where it matches
+# in the original text, never later than there.
+
+#: 1 for a word byte (``[A-Za-z0-9_]``): a key shape with a look-behind
+#: never starts right after one.
+_IS_WORD = bytes(1 if chr(c).isascii() and (chr(c).isalnum() or c == 0x5F) else 0
+                 for c in range(256))
+_LOOK_BEHIND = rb"(?<![A-Za-z0-9_])"
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A key shape as the scanner runs it: the literal ``starts`` its
+    matches begin with, ``pattern`` without the look-behind (run anchored),
+    and whether a word byte before a start rules it out (``boundary``)."""
+
+    label: str
+    starts: tuple[bytes, ...]
+    pattern: re.Pattern[bytes]
+    boundary: bool
+
+
+def _scanner_shape(label: str, pattern: re.Pattern[bytes], starts: tuple[bytes, ...]) -> _Shape:
+    boundary = pattern.pattern.startswith(_LOOK_BEHIND)
+    bare = pattern.pattern[len(_LOOK_BEHIND):] if boundary else pattern.pattern
+    return _Shape(label, starts, re.compile(bare, pattern.flags), boundary)
+
+
+#: The literal starts of each of KEY_SHAPES, in its order.
+_STARTS: tuple[tuple[bytes, ...], ...] = (
+    (b"sk-ant-",),
+    (b"sk-",),
+    (b"AIza",),
+    (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"),
+    (b"github_pat_",),
+    (b"xoxa-", b"xoxb-", b"xoxp-", b"xoxr-", b"xoxs-"),
+    (b"AKIA",),
+    (b"gsk_",),
+    (b"hf_",),
+    (b"rk_live_", b"sk_live_"),
+    (b"-----BEGIN ",),
+)
+_SHAPES: tuple[_Shape, ...] = tuple(
+    _scanner_shape(label, pattern, starts)
+    for (label, pattern), starts in zip(KEY_SHAPES, _STARTS, strict=True))
+_PRIVATE_KEY = len(_SHAPES) - 1
+#: Shape indexes by the first byte of their starts.
+_BY_FIRST: dict[int, tuple[int, ...]] = {
+    first: tuple(i for i, shape in enumerate(_SHAPES) if any(s[0] == first for s in shape.starts))
+    for first in sorted({s[0] for shape in _SHAPES for s in shape.starts})}
+#: Where a pure-Python search looks (a needle, and how far into a start it is).
+_NEEDLES: tuple[tuple[bytes, int], ...] = (
+    (b"sk-", 0), (b"AIza", 0), (b"ghp_", 0), (b"gho_", 0), (b"ghu_", 0), (b"ghs_", 0),
+    (b"ghr_", 0), (b"github_pat_", 0), (b"xox", 0), (b"AKIA", 0), (b"gsk_", 0), (b"hf_", 0),
+    (b"k_live_", 1), (b"-----BEGIN ", 0))
+#: Whether a short text has one of _NEEDLES (one regex is quicker there).
+_ANY_NEEDLE = re.compile(b"|".join(re.escape(needle) for needle, _ in _NEEDLES))
+#: One search for every start after a non-word byte (or at the text's
+#: start), and every private key's start; a start that is common in code
+#: (``hf_hub``, ``sk-learn``) only with some of its shape's bytes after it.
+_CANDIDATES_RE2 = (
+    rb"(?:^|[^A-Za-z0-9_])(?:sk-[A-Za-z0-9_\-]{8}|AIza|gh[pousr]_|github_pat_|xox[abprs]-"
+    rb"|AKIA|gsk_|hf_[A-Za-z0-9]{8}|[rs]k_live_)|-----BEGIN ")
+
+
+def _re2_search(pattern: bytes) -> Callable[[bytes, int], int] | None:
+    """Where ``pattern`` first matches in a text at or after a position
+    (-1: nowhere), by RE2; None without RE2."""
+    compiled = _re2_compile(pattern)
+    if compiled is None:
+        return None
+    raw, anchor = getattr(compiled, "_regexp", None), getattr(
+        getattr(getattr(_re2, "_re2", None), "RE2", None), "Anchor", None)
+    if raw is not None and anchor is not None:  # the binding itself: a third of the cost
+        unanchored = anchor.UNANCHORED
+
+        def search(data: bytes, pos: int) -> int:
+            return int(raw.Match(unanchored, data, pos, len(data))[0][0])
+        return search
+
+    def search_public(data: bytes, pos: int) -> int:
+        m = compiled.search(data, pos)
+        return -1 if m is None else int(m.start())
+    return search_public
+
+
+_candidate_re2 = _re2_search(_CANDIDATES_RE2)
+#: Up to this many bytes, the pure-Python search is the quicker one.
+_SMALL = 256
+
+
+def _candidates(data: bytes, fused: Callable[[bytes, int], int] | None = None,
+                literals: tuple[bytes, ...] = ()) -> tuple[list[int], bool]:
+    """Positions (ascending, each once) where a shape may match in
+    ``data``: a superset of those where one does, look-behind included;
+    and whether one of ``literals`` may be in ``data``. ``fused``: the RE2
+    search of the shapes' starts and of ``literals`` too (which then tells
+    whether one is there)."""
+    small = len(data) <= _SMALL
+    if small and _ANY_NEEDLE.search(data) is None:
+        return [], True
+    if not small and (fused is not None or _candidate_re2 is not None):
+        searched = _searched(data, fused, literals)
+        if searched is not None:
+            return searched
+    found: list[int] = []
+    is_word, find = _IS_WORD, data.find
+    for needle, back in _NEEDLES:
+        at = find(needle)
+        while at >= 0:
+            start = at - back
+            if start == 0 or (start > 0 and (not is_word[data[start - 1]] or needle[0] == 45)):
+                found.append(start)
+            at = find(needle, at + 1)
+    return (sorted(set(found)) if found else found), True
+
+
+#: More candidates than this: RE2's search, a call each, gives way to finds.
+_MANY = 256
+
+
+def _searched(data: bytes, fused: Callable[[bytes, int], int] | None,
+              literals: tuple[bytes, ...]) -> tuple[list[int], bool] | None:
+    """:func:`_candidates` by RE2 (None: too many of them, so many a text
+    of private-key headers has, for a call each)."""
+    found: list[int] = []
+    pos, n = 0, len(data)
+    if fused is not None:  # a match may be a literal: every place a match starts
+        seen = False
+        while pos < n:
+            at = fused(data, pos)
+            if at < 0:
+                break
+            if not found or found[-1] < at:
+                found.append(at)
+            if at + 1 < n:
+                found.append(at + 1)
+            seen = seen or any(data.startswith(v, at) for v in literals)
+            pos = at + 1
+            if len(found) > _MANY:
+                return None
+        return found, seen
+    search = _candidate_re2
+    assert search is not None
+    while pos < n:
+        at = search(data, pos)
+        if at < 0:
+            break
+        if not (data.startswith(b"-----BEGIN ", at) or (at == 0 and _IS_WORD[data[0]])):
+            at += 1  # after the non-word byte
+        found.append(at)
+        pos = at + 1
+        if len(found) > _MANY:
+            return None
+    return found, True
+
+
+_PK_HEAD = re.compile(rb"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")
+_PK_FOOT = re.compile(rb"-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----")
+_PK_NOT_BODY = re.compile(rb"[^A-Za-z0-9+/=\s:,\-]")
+
+
+class _PrivateKeys:
+    """The private-key shape matched at increasing positions of one text,
+    in linear time overall: a header's body runs to the first footer at
+    least 16 bytes on within the same run of body bytes, and both the run's
+    end and the next footer are remembered for the headers after it."""
+
+    def __init__(self, text: bytes | bytearray) -> None:
+        self.text = text
+        self.run_from = self.run_to = -1
+        self.foot_from, self.foot = -1, -1
+
+    def _footer(self, start: int) -> int:
+        """The first footer at or after ``start`` (len(text) when none)."""
+        if not (self.foot_from <= start <= self.foot):
+            self.foot_from, self.foot = start, self._next_footer(start)
+        return self.foot
+
+    def _next_footer(self, start: int) -> int:
+        text, at = self.text, self.text.find(b"-----END ", start)
+        while at >= 0 and _PK_FOOT.match(text, at) is None:
+            at = text.find(b"-----END ", at + 1)
+        return at if at >= 0 else len(text)
+
+    def match(self, at: int) -> int:
+        """Where the private key starting at ``at`` ends (-1: none does)."""
+        head = _PK_HEAD.match(self.text, at)
+        if head is None:
+            return -1
+        body = head.end()
+        if not (self.run_from <= body <= self.run_to):
+            stop = _PK_NOT_BODY.search(self.text, body)
+            self.run_from, self.run_to = body, stop.start() if stop else len(self.text)
+        foot = self._footer(body + 16)
+        if foot >= self.run_to:
+            return -1
+        end = _PK_FOOT.match(self.text, foot)
+        assert end is not None
+        return end.end()
+
+
+def _find_shapes(data: bytes, fused: Callable[[bytes, int], int] | None = None,
+                 literals: tuple[bytes, ...] = ()) -> tuple[bytes, list[tuple[str, bytes]], bool]:
+    """``data`` with every key shape masked, and (label, secret) of each,
+    as running KEY_SHAPES one after another would give them; and whether
+    one of ``literals`` may be in ``data`` (see :func:`_candidates`)."""
+    candidates, seen = _candidates(data, fused, literals)
+    if not candidates:
+        return data, [], seen
+    todo: list[list[int]] = [[] for _ in _SHAPES]
+    for at in candidates:
+        for i in _BY_FIRST.get(data[at], ()):
+            todo[i].append(at)
+    text: bytes | bytearray = data
+    found: list[tuple[str, bytes]] = []
+    # where an earlier shape's mask ends, for the later shapes that may start there
+    after_mask: list[list[int]] = [[] for _ in _SHAPES]
+    for i, shape in enumerate(_SHAPES):
+        places = todo[i]
+        if after_mask[i]:
+            places = sorted({*places, *after_mask[i]})
+        if not places:
+            continue
+        spans: list[tuple[int, int]] = []
+        pos = 0
+        keys = _PrivateKeys(text) if i == _PRIVATE_KEY else None
+        for at in places:
+            if at < pos or (shape.boundary and at and _IS_WORD[text[at - 1]]):
+                continue
+            if keys is not None:
+                end = keys.match(at)
+            else:
+                m = shape.pattern.match(text, at)
+                end = -1 if m is None else m.end()
+            if end > at:
+                spans.append((at, end))
+                pos = end
+        if spans:
+            if not isinstance(text, bytearray):
+                text = bytearray(data)
+            n = len(text)
+            for start, end in spans:
+                found.append((shape.label, bytes(text[start:end])))
+                text[start:end] = _mask(end - start)
+                if end < n:
+                    for later in _BY_FIRST.get(text[end], ()):
+                        if later > i:
+                            after_mask[later].append(end)
+    return (data if not found else bytes(text)), found, seen
+
+
+def _find_literals(text: bytes, literals: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    """Spans of ``literals`` (longest first) in ``text``, as one regex of
+    them as alternatives finds them: the leftmost, the longest there, then
+    on after it."""
+    after = [text.find(v) for v in literals]
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    while True:
+        best, size = -1, 0
+        for k, value in enumerate(after):
+            if 0 <= value < pos:
+                value = after[k] = text.find(literals[k], pos)
+            if value >= 0 and (best < 0 or value < best):
+                best, size = value, len(literals[k])
+        if best < 0:
+            return spans
+        spans.append((best, best + size))
+        pos = best + size
+
+
+def _redact(data: bytes, rules: Rules) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """``data`` masked by ``rules``, and (label, secret) of each mask, in
+    the order of the rules (shapes, patterns, literals), each by position."""
+    found: list[tuple[str, bytes]]
+    literals = rules._literals
+    if rules.shapes is KEY_SHAPES:
+        fused = rules._fused if len(data) > _SMALL else None
+        data, found, seen = _find_shapes(data, fused, literals)
+        if not seen:
+            literals = ()  # not in the text, nor where patterns mask (see Rules)
+    else:
+        found = []
+        for label, pattern in rules.shapes:
+            data = _sub(data, label, pattern, rules, found)
+    for label, pattern in rules.patterns:
+        data = _sub(data, label, pattern, rules, found)
+    if not literals:
+        return data, found
+    if rules._literal_finder is None:
+        spans = _find_literals(data, literals)
+    else:
+        spans = [m.span() for m in rules._literal_finder.finditer(data)]
+    if spans:
+        out = bytearray(data)
+        for start, end in spans:
+            secret = data[start:end]
+            found.append((rules.label(secret), secret))
+            out[start:end] = _mask(end - start)
+        data = bytes(out)
+    return data, found
+
+
+def _sub(data: bytes, label: str, pattern: re.Pattern[bytes], rules: Rules,
+         found: list[tuple[str, bytes]]) -> bytes:
+    """``data`` with ``pattern``'s matches masked (a match that is a mask
+    already, or empty, stays), each added to ``found``."""
+    if pattern.search(data) is None:
+        return data
+
+    def repl(match: re.Match[bytes]) -> bytes:
+        secret = match.group(0)
+        if not secret or _is_mask(secret):
+            return secret
+        found.append((label or rules.label(secret), secret))
+        return _mask(len(secret))
+
+    return pattern.sub(repl, data)
+
+
 def redact_text(data: bytes, location: str, rules: Rules = STANDARD,
                 facts: Facts | None = None) -> tuple[bytes, list[Redaction]]:
     """``data`` with every secret replaced by a mask of its length, and the
     facts of what was (also added to ``facts`` when given)."""
-    found = Facts()
-    for label, pattern in rules.all_shapes():
-        if pattern.search(data) is None:
-            continue
-
-        def repl(match: re.Match[bytes], label: str = label) -> bytes:
-            secret = match.group(0)
-            if not secret or _is_mask(secret):
-                return secret
-            found.add(location, label or rules.label(secret), secret)
-            return _mask(len(secret))
-
-        data = pattern.sub(repl, data)
+    masked, secrets = _redact(data, rules)
+    found = [Redaction(location, label, fingerprint(secret)) for label, secret in secrets]
     if facts is not None:
-        facts.items.extend(found.items)
-    return data, found.items
+        facts.items.extend(found)
+    return masked, found
 
 
 def redact_str(text: str, location: str, rules: Rules = STANDARD,
@@ -449,6 +821,9 @@ class LiveRedactor:
     def __init__(self, rules: Rules = STANDARD, prints: Mapping[str, str] | None = None) -> None:
         self.rules = rules
         self.prints = dict(prints or {})
+        # per recorded request (by identity, held so its id stays its own):
+        # its plain body, and whether its target and plain body have masks
+        self._recorded: dict[int, tuple[Request, bytes, bool, bool]] = {}
 
     def learn_environment(self, env: Mapping[str, str]) -> None:
         """Learn the values in ``env`` the run recorded as redacted."""
@@ -467,24 +842,47 @@ class LiveRedactor:
         something new was learned."""
         if not self.prints or recorded == live or not _MASK.search(recorded):
             return False
+        return self._learn(recorded, live)
+
+    def _learn(self, recorded: bytes, live: bytes) -> bool:
         before = self.rules
         self.rules = self.rules.with_literals(learn(recorded, live, self.prints))
         return self.rules is not before
+
+    def _seen(self, request: Request) -> tuple[bytes, bool, bool]:
+        """A recorded request's plain body, and whether its target and that
+        body have masks: worked out once, however many live requests meet it."""
+        known = self._recorded.get(id(request))
+        if known is None or known[0] is not request:
+            if len(self._recorded) >= 4096:
+                self._recorded.clear()
+            plain = _plain(request)
+            known = (request, plain, _MASK.search(request.target) is not None,
+                     _MASK.search(plain) is not None)
+            self._recorded[id(request)] = known
+        return known[1], known[2], known[3]
 
     def request(self, request: Request, recorded: Sequence[Request]) -> Request:
         """``request`` redacted for comparing with ``recorded`` (the requests
         it may be compared with): learning from those on its route when
         none is equal yet."""
         live, _ = redact_request(request, self.rules)
-        route = [r for r in recorded if r.method == live.method and r.path == live.path]
-        if not self.prints or any(r.target == live.target and r.body == live.body
-                                  for r in route):
+        if not self.prints:
             return live
-        plain = _plain(live)
+        path = live.path
+        route = [r for r in recorded if r.method == live.method and r.path == path]
+        if any(r.target == live.target and r.body == live.body for r in route):
+            return live
+        plain: bytes | None = None
         learned = False
         for r in route[:8]:
-            learned = self.learn_from(r.target, live.target) or learned
-            learned = self.learn_from(_plain(r), plain) or learned
+            body, target_masked, body_masked = self._seen(r)
+            if target_masked and r.target != live.target:
+                learned = self._learn(r.target, live.target) or learned
+            if body_masked:
+                plain = _plain(live) if plain is None else plain
+                if body != plain:
+                    learned = self._learn(body, plain) or learned
         return redact_request(request, self.rules)[0] if learned else live
 
     def text(self, data: bytes, location: str, recorded: bytes | None = None,

@@ -275,3 +275,28 @@ def test_credential_names_are_the_set_key_variables_and_those_the_traffic_carrie
     ("BAD NAME_KEY", False), ("1_KEY", False), ("", False)])
 def test_only_credential_names_are_given_placeholders(name: str, credential: bool) -> None:
     assert is_credential_name(name) is credential
+
+
+def test_a_replay_works_out_each_recorded_request_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wiretape import redaction
+
+    rules = STANDARD.with_literals([("env:MY_TOKEN", SECRET)])
+    plain = b'{"t":"' + SECRET + b'","n":1}'
+    coded = Request(b"POST", b"/v1/x", ((b"Content-Encoding", b"gzip"),),
+                    gzip.compress(plain, mtime=1))
+    recorded, facts = redact_request(coded, rules)
+    clean = Request(b"POST", b"/v1/x", (), b'{"nothing":"masked"}')
+    undone: list[Request] = []
+    real_plain = redaction._plain
+
+    def counting(request: Request) -> bytes:
+        undone.append(request)
+        return real_plain(request)
+
+    monkeypatch.setattr(redaction, "_plain", counting)
+    redactor = LiveRedactor(STANDARD, fingerprints(facts))
+    for n in (2, 3, 4):  # differ elsewhere: nothing equal, so the route is looked at each time
+        live = Request(b"POST", b"/v1/x", (), b'{"t":"' + SECRET + b'","n":%d}' % n)
+        assert SECRET not in redactor.request(live, [recorded, clean]).body
+    assert sum(r is recorded for r in undone) == 1
+    assert sum(r is clean for r in undone) == 1
