@@ -1,6 +1,6 @@
 """A raw HTTP/1.1 upstream that answers every request with one long
 chunked server-sent-event stream, for recording a response too large to
-hold in memory.
+hold in memory. A request's ``x-size`` header sets its stream's length.
 
 The stream's bytes are a function of its length (:func:`stream_body`), so
 a test knows them without keeping a copy of what was sent. Every
@@ -100,11 +100,13 @@ class BigStream:
                 return False
             data += more
         head, _, rest = data.partition(b"\r\n\r\n")
-        length = 0
+        length, total = 0, self.total
         for line in head.split(b"\r\n")[1:]:
             name, _, value = line.partition(b":")
             if name.strip().lower() == b"content-length":
                 length = int(value)
+            elif name.strip().lower() == b"x-size":  # this request's stream length
+                total = int(value)
         while len(rest) < length:
             more = conn.recv(65536)
             if not more:
@@ -114,7 +116,7 @@ class BigStream:
         conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                      b"transfer-encoding: chunked\r\n\r\n")
         sent = 0
-        for piece in stream_body(self.total):
+        for piece in stream_body(total):
             if self.pause_after is not None and sent >= self.pause_after:
                 self.paused.set()
                 self.release.wait(120)

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import secrets
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 
 from wiretape import codings
 from wiretape.model import Frame, Headers, Redaction, header_values
-from wiretape.redaction import Facts, Rules, redact_text
+from wiretape.redaction import Facts, Rules, fingerprint, redact_text
 from wiretape.store import blobs
 from wiretape.store.runfile import RunFile, SpooledBody
 
@@ -36,6 +37,8 @@ DEFAULT_SPOOL_AT = 8 * 1024 * 1024
 #: every secret shape but the unbounded ones is far shorter (keys are under
 #: 300 bytes, a PEM private key under 8 KiB).
 SECRET_REACH = 64 * 1024
+#: Bytes redacted at a time, and so the most a part holds (about).
+_WINDOW = 2 * 1024 * 1024
 
 
 class StreamRedactor:
@@ -61,15 +64,26 @@ class StreamRedactor:
         self._before = b""  # original bytes already given back (look-behind, rescan)
         self._kept = b""  # original bytes not given back yet
         self._facts: dict[Redaction, None] = {}
+        self._given = 0  # bytes given back so far
 
     @property
     def facts(self) -> list[Redaction]:
         return list(self._facts)
 
-    def _scan(self, window: bytes) -> bytes:
+    def _scan(self, window: bytes, *, first: bool, last: bool) -> bytes:
+        """``window`` redacted; its facts kept but those of a match cut
+        off by the window's end (unless ``last``: the body's end) or
+        begun at its start without the bytes before it (unless ``first``):
+        each is found whole in another window."""
         found = Facts()
         masked = redact_text(window, self._location, self._rules, found)[0]
-        self._facts.update(dict.fromkeys(found.items))
+        items = found.items
+        if not first:
+            _drop_edge(items, window, masked, _LEADING_MASK.match(masked))
+        if not last:
+            tail = max(0, len(masked) - 2 * self._reach)
+            _drop_edge(items, window, masked, _TRAILING_MASK.search(masked, tail))
+        self._facts.update(dict.fromkeys(items))
         return masked
 
     def feed(self, pieces: Sequence[bytes]) -> bytes:
@@ -77,16 +91,38 @@ class StreamRedactor:
         window = b"".join([self._before, self._kept, *pieces])
         start = len(self._before)
         cut = max(start, len(window) - self._reach)
-        out = self._scan(window)[start:cut] if cut > start else b""
+        out = b""
+        if cut > start:
+            out = self._scan(window, first=self._given <= self._reach, last=False)[start:cut]
+            self._given += cut - start
         self._before, self._kept = window[max(0, cut - self._reach):cut], window[cut:]
         return out
 
     def flush(self) -> bytes:
         """The redacted rest of the body, once it has all arrived."""
         start = len(self._before)
-        out = self._scan(self._before + self._kept)[start:]
+        out = self._scan(self._before + self._kept, first=self._given <= self._reach,
+                         last=True)[start:]
         self._before = self._kept = b""
         return out
+
+
+#: A replacement (``redaction._mask``'s shape) at a window's start or end.
+_LEADING_MASK = re.compile(rb"<redacted\**>|\*+")
+_TRAILING_MASK = re.compile(rb"(?:<redacted\**>|\*+)\Z")
+
+
+def _drop_edge(items: list[Redaction], window: bytes, masked: bytes,
+               edge: re.Match[bytes] | None) -> None:
+    """Drop from ``items`` the one fact of the replacement ``edge`` (a
+    match at the window's edge), when it replaced something."""
+    if edge is None or masked[edge.start():edge.end()] == window[edge.start():edge.end()]:
+        return
+    print_ = fingerprint(window[edge.start():edge.end()])
+    for i in range(len(items) - 1, -1, -1) if edge.end() == len(masked) else range(len(items)):
+        if items[i].fingerprint == print_:
+            del items[i]
+            return
 
 
 class Spool:
@@ -136,7 +172,17 @@ class Spool:
                 self._error = exc
 
     def _stage(self, pieces: list[bytes]) -> None:
-        self._write(self._redactor.feed(pieces))
+        # a few MiB at a time: a window and its redacted copy stay small
+        group: list[bytes] = []
+        size = 0
+        for piece in pieces:
+            group.append(piece)
+            size += len(piece)
+            if size >= _WINDOW:
+                self._write(self._redactor.feed(group))
+                group, size = [], 0
+        if group:
+            self._write(self._redactor.feed(group))
 
     def _write(self, data: bytes) -> None:
         if not data:
@@ -161,12 +207,12 @@ class Gathered:
     """A response body as its frames arrive: each frame's offset (ns from
     the request's start) and length, and its bytes, held until the body
     passes ``spool_at`` bytes, then handed to a Spool (``start_spool``
-    makes it) a batch of about ``spool_at // 2`` bytes at a time. Frame
+    makes it) a batch of about ``spool_at // 4`` bytes at a time. Frame
     times and lengths are kept in compact arrays (16 bytes a frame)."""
 
     def __init__(self, spool_at: int, start_spool: Callable[[], Spool]) -> None:
         self._spool_at = spool_at
-        self._batch = max(64 * 1024, spool_at // 2)
+        self._batch = max(64 * 1024, spool_at // 4)
         self._start_spool = start_spool
         self._offsets = array("q")
         self._lengths = array("q")

@@ -1,0 +1,267 @@
+"""A response too long to hold in memory while it is recorded (DESIGN.md,
+"Long responses"): written to the run file in parts as it streams, it reads
+back frame for frame and replays byte for byte, its keys masked; a SIGKILL
+mid-stream leaves a sound file with no trace of it, whose staged parts the
+next open for writing removes; a hostile list of parts is refused with one
+line.
+
+A low threshold (``WIRETAPE_SPOOL_BYTES``) makes a 48 MiB stream spool
+from its first MiB, so the tests stay quick."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from support.big_stream import SECRET_EVERY, BigStream, stream_body
+from wiretape.redaction import Facts, redact_text
+from wiretape.store.runfile import RunFile, open_run
+
+pytestmark = pytest.mark.timeout(600)
+
+MIB = 1024 * 1024
+TOTAL = 48 * MIB
+SMALL = 1000  # bytes of the short stream recorded before the long one
+
+
+def env(spool_at: int) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")
+           and not k.startswith(("OPENAI_", "ANTHROPIC_", "WIRETAPE_"))}
+    out["WIRETAPE_SPOOL_BYTES"] = str(spool_at)
+    return out
+
+
+class Serve:
+    """``wiretape serve ARGS`` in the background; ``url``: its origin's URL."""
+
+    def __init__(self, cwd: Path, *args: str, spool_at: int = MIB) -> None:
+        self.err = cwd / f"serve-{time.monotonic_ns()}.err"
+        with open(self.err, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "wiretape", "serve", *args],
+                                         cwd=cwd, env=env(spool_at), stdout=subprocess.PIPE,
+                                         stderr=err)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        assert line.startswith("openai: http://127.0.0.1:"), (line, self.err.read_text())
+        self.url = line.split(": ", 1)[1].strip()
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.communicate(timeout=120)
+        return self.proc.returncode
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        assert self.proc.wait(10) == -signal.SIGKILL
+
+    def __enter__(self) -> Serve:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def fetch(url: str, size: int) -> bytes:
+    with httpx.Client(timeout=120, trust_env=False) as client, client.stream(
+            "POST", f"{url}/chat/completions", content=b'{"stream": true}',
+            headers={"content-type": "application/json", "x-size": str(size)}) as resp:
+        assert resp.status_code == 200
+        return b"".join(resp.iter_raw())
+
+
+def parts(run: Path) -> int:
+    """Staged parts in the file, counted as an outsider would."""
+    db = sqlite3.connect(f"file:{run}?mode=ro", uri=True, timeout=5)
+    try:
+        return int(db.execute("SELECT count(*) FROM blobs WHERE hash LIKE 'part:%'"
+                              ).fetchone()[0])
+    finally:
+        db.close()
+
+
+@pytest.fixture(scope="module")
+def whole() -> bytes:
+    return b"".join(stream_body(TOTAL))
+
+
+@pytest.fixture(scope="module")
+def spooled_run(tmp_path_factory: pytest.TempPathFactory, whole: bytes) -> Path:
+    base = tmp_path_factory.mktemp("spooled")
+    run = base / "long.wtape"
+    with BigStream(TOTAL) as up, Serve(base, "--record", "--port", "0", "-o", str(run),
+                                       "--upstream", f"openai={up.url}/v1") as serve:
+        assert fetch(serve.url, SMALL) == whole[:SMALL]
+        assert fetch(serve.url, TOTAL) == whole  # relayed as sent, secrets and all
+        assert serve.stop() == 0, serve.err.read_text()
+    return run
+
+
+def test_a_long_stream_is_stored_in_parts_and_reads_back_frame_for_frame(
+        spooled_run: Path, whole: bytes) -> None:
+    facts = Facts()
+    expected = redact_text(whole, "response-body", facts=facts)[0]
+    keys = TOTAL // 128 // SECRET_EVERY
+    assert whole.count(b"sk-proj-") == keys and expected.count(b"sk-proj-") == 0
+    with open_run(spooled_run) as rf:
+        small, long = rf.exchanges()
+        redactions = rf.redactions()
+    assert small.response is not None and small.response.body == whole[:SMALL]
+    assert long.response is not None
+    frames = long.response.frames
+    assert b"".join(f.data for f in frames) == expected
+    # frames as read off the wire: many, none empty, in time order
+    assert len(frames) >= TOTAL // (256 * 1024)
+    assert all(f.data for f in frames)
+    assert [f.offset_ns for f in frames] == sorted(f.offset_ns for f in frames)
+    assert frames[-1].offset_ns <= long.duration_ns
+    assert {r for seq, r in redactions if seq == 1} == set(facts.items)
+    assert len([r for seq, r in redactions if seq == 1]) == keys  # one fact per key
+    # the long body is a list of parts; the short one is a body of its own
+    db = sqlite3.connect(f"file:{spooled_run}?mode=ro", uri=True)
+    try:
+        codecs = dict(db.execute("SELECT e.seq, b.codec FROM exchanges e JOIN blobs b"
+                                 " ON b.hash = e.response_body").fetchall())
+        assert codecs == {0: "raw" if SMALL < 64 else "zstd", 1: "parts"}
+        assert db.execute("SELECT count(*) FROM blobs WHERE hash LIKE 'part:%'"
+                          ).fetchone()[0] >= TOTAL // (2 * MIB)
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        db.close()
+
+
+def test_a_long_stream_replays_byte_for_byte(spooled_run: Path, tmp_path: Path,
+                                             whole: bytes) -> None:
+    expected = redact_text(whole, "response-body")[0]
+    with Serve(tmp_path, "--replay", str(spooled_run), "--port", "0") as serve:
+        assert fetch(serve.url, SMALL) == whole[:SMALL]
+        got = fetch(serve.url, TOTAL)
+        serve.stop()
+    assert hashlib.sha256(got).hexdigest() == hashlib.sha256(expected).hexdigest()
+
+
+@pytest.fixture
+def killed_mid_stream(tmp_path: Path) -> Iterator[Path]:
+    """A run whose recording was SIGKILLed while a long response was being
+    spooled: one short exchange committed before it."""
+    run = tmp_path / "killed.wtape"
+    with BigStream(TOTAL, pause_after=12 * MIB) as up, Serve(
+            tmp_path, "--record", "--port", "0", "-o", str(run), "--upstream",
+            f"openai={up.url}/v1") as serve:
+        fetch(serve.url, SMALL)
+        failed: list[BaseException] = []
+
+        def long_fetch() -> None:
+            try:
+                fetch(serve.url, TOTAL)
+            except httpx.HTTPError as exc:  # the proxy is killed under it
+                failed.append(exc)
+
+        client = threading.Thread(target=long_fetch)
+        client.start()
+        assert up.paused.wait(120), serve.err.read_text()
+        deadline = time.monotonic() + 60
+        while parts(run) < 4:  # the spool is writing: parts are in the file
+            assert time.monotonic() < deadline, "no parts staged"
+            time.sleep(0.05)
+        serve.kill9()
+        up.release.set()
+        client.join(60)
+        assert failed  # the client never saw this response end
+    yield run
+
+
+def test_a_kill_mid_stream_leaves_no_trace_and_the_next_writer_sweeps(
+        killed_mid_stream: Path, tmp_path: Path) -> None:
+    run = killed_mid_stream
+    staged = parts(run)
+    assert staged >= 4  # the killed stream's parts are there, reached from nothing
+    db = sqlite3.connect(f"file:{run}?mode=ro", uri=True)
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        db.close()
+    with open_run(run) as rf:
+        [only] = rf.exchanges()
+        assert only.response is not None and len(only.response.body) == SMALL
+        assert rf.stored_bytes() < 10_000  # the staged parts are not counted
+        assert [seq for seq, _ in rf.redactions() if seq is not None] == []
+    shown = subprocess.run([sys.executable, "-m", "wiretape", "show", str(run), "--json"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert [(e["seq"], e["bytes"]) for e in json.loads(shown.stdout)["exchanges"]] == [
+        (0, SMALL)]
+    RunFile.open(run, write=True).close()
+    assert parts(run) == 0
+    with open_run(run) as rf:
+        assert [len(e.response.body) for e in rf.exchanges() if e.response] == [SMALL]
+
+
+# --- a hostile list of parts ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_spooled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run whose one response (1 MiB) was spooled in parts."""
+    base = tmp_path_factory.mktemp("small")
+    run = base / "small.wtape"
+    with BigStream(MIB) as up, Serve(base, "--record", "--port", "0", "-o", str(run),
+                                     "--upstream", f"openai={up.url}/v1",
+                                     spool_at=64 * 1024) as serve:
+        fetch(serve.url, MIB)
+        assert serve.stop() == 0
+    return run
+
+
+def _size(n: int) -> bytes:
+    return struct.pack(">Q", n)
+
+
+@pytest.mark.parametrize(("statement", "params", "said"), [
+    ("UPDATE blobs SET data = ? WHERE codec = 'parts'", (b"not a list",),
+     "its list of parts is malformed"),
+    ("UPDATE blobs SET data = ? WHERE codec = 'parts'", (b"WTP1" + _size(1),),
+     "its parts' sizes do not add up to it"),
+    ("UPDATE blobs SET data = ?, size = 70000 WHERE codec = 'parts'",
+     (b"WTP1" + _size(1) * 70000,), "lists 70000 parts, more than the 65536"),
+    ("UPDATE blobs SET ref = ? WHERE codec = 'parts'", ("../../etc",),
+     "names no valid part set"),
+    ("DELETE FROM blobs WHERE hash LIKE ?", ("part:%:1",), "lacks its part 1"),
+    ("UPDATE blobs SET codec = ? WHERE hash LIKE 'part:%:0'", ("parts",),
+     "part 0, has a codec a part cannot have"),
+    ("UPDATE blobs SET data = ? WHERE hash LIKE 'part:%:2'", (b"\x28\xb5\x2f\xfd" + b"x" * 40,),
+     "cannot be decompressed"),
+    ("UPDATE blobs SET size = size + 1 WHERE hash LIKE ?", ("part:%:0",),
+     "part 0, is not stored as its list of parts says"),
+])
+def test_a_malformed_list_of_parts_is_refused_with_one_line(
+        small_spooled: Path, tmp_path: Path, statement: str, params: tuple[object, ...],
+        said: str) -> None:
+    run = tmp_path / "hostile.wtape"
+    run.write_bytes(small_spooled.read_bytes())
+    db = sqlite3.connect(run, isolation_level=None)
+    try:
+        assert db.execute(statement, params).rowcount == 1
+    finally:
+        db.close()
+    for command in (["show", str(run)], ["export", str(run), "--har", str(tmp_path / "o.har")]):
+        done = subprocess.run([sys.executable, "-m", "wiretape", *command], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2, (command, done.returncode, done.stderr)
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert str(run) in lines[0] and said in lines[0], lines[0]
