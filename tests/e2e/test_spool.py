@@ -34,7 +34,7 @@ pytestmark = pytest.mark.timeout(600)
 
 MIB = 1024 * 1024
 TOTAL = 48 * MIB
-SMALL = 1000  # bytes of the short stream recorded before the long one
+SMALL = 500  # bytes of the short stream recorded before the long one (no key in them)
 
 
 def env(spool_at: int) -> dict[str, str]:
@@ -115,7 +115,7 @@ def test_a_long_stream_is_stored_in_parts_and_reads_back_frame_for_frame(
         spooled_run: Path, whole: bytes) -> None:
     facts = Facts()
     expected = redact_text(whole, "response-body", facts=facts)[0]
-    keys = TOTAL // 128 // SECRET_EVERY
+    keys = len(range(7, TOTAL // 128, SECRET_EVERY))  # events of 128 bytes, one key each
     assert whole.count(b"sk-proj-") == keys and expected.count(b"sk-proj-") == 0
     with open_run(spooled_run) as rf:
         small, long = rf.exchanges()
@@ -243,8 +243,8 @@ def _size(n: int) -> bytes:
     ("DELETE FROM blobs WHERE hash LIKE ?", ("part:%:1",), "lacks its part 1"),
     ("UPDATE blobs SET codec = ? WHERE hash LIKE 'part:%:0'", ("parts",),
      "part 0, has a codec a part cannot have"),
-    ("UPDATE blobs SET data = ? WHERE hash LIKE 'part:%:2'", (b"\x28\xb5\x2f\xfd" + b"x" * 40,),
-     "cannot be decompressed"),
+    ("UPDATE blobs SET data = ? WHERE hash LIKE 'part:%:2'", (b"x" * 40,),
+     "is not zstd data"),
     ("UPDATE blobs SET size = size + 1 WHERE hash LIKE ?", ("part:%:0",),
      "part 0, is not stored as its list of parts says"),
 ])
