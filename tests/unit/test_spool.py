@@ -5,6 +5,7 @@ invisible, left out of the stored bytes, and swept."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 import sqlite3
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from wiretape.errors import RunFileWriteError
 from wiretape.model import Ending, Exchange, Frame, Origin, Request, Response, RunInfo
-from wiretape.proxy.spool import StreamRedactor
+from wiretape.proxy.spool import Spool, StreamRedactor
 from wiretape.redaction import STANDARD, Facts, literal_rules, redact_text
 from wiretape.store import blobs
 from wiretape.store.runfile import RunFile, SpooledBody, open_run
@@ -152,3 +154,38 @@ def test_the_same_body_spooled_twice_is_stored_once(tmp_path: Path) -> None:
         assert [e.response.body == data for e in again.exchanges() if e.response] == [True] * 2
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT count(*) FROM blobs WHERE hash LIKE 'part:%'").fetchone()[0] == 4
+
+
+def run_spool(run: RunFile, headers: tuple[tuple[bytes, bytes], ...],
+              batches: list[list[bytes]]) -> tuple[SpooledBody, list]:
+    """A Spool fed ``batches`` on an event loop of its own, then finished."""
+    async def go() -> tuple[SpooledBody, list]:
+        spool = Spool(run, STANDARD, headers)
+        for batch in batches[:-1]:
+            await spool.put(batch)
+        await spool.close(batches[-1])
+        return await asyncio.to_thread(spool.finish)
+
+    return asyncio.run(go())
+
+
+def test_a_spool_stages_redacted_parts_and_notes_a_coded_body(tmp_path: Path) -> None:
+    run = RunFile.create(tmp_path / "r.wtape", INFO)
+    data = body_with_secrets(3 * 1024 * 1024, 7)
+    pieces = [data[i:i + 40_000] for i in range(0, len(data), 40_000)]
+    plain, facts = run_spool(run, (), [pieces[:30], pieces[30:60], pieces[60:]])
+    coded, notes = run_spool(run, ((b"Content-Encoding", b"gzip"),), [pieces])
+    expected = redact_text(data, "response-body")[0]
+    assert plain.sha256 == coded.sha256 == hashlib.sha256(expected).hexdigest()
+    assert plain.size == len(data) and len(plain.sizes) >= 2
+    assert "unscanned:gzip" not in {f.name for f in facts}
+    assert [f.name for f in notes if f.name.startswith("unscanned")] == ["unscanned:gzip"]
+    assert {f for f in notes if f.name != "unscanned:gzip"} == set(facts)
+    run.close()
+
+
+def test_a_spool_whose_writes_fail_says_so_when_finished(tmp_path: Path) -> None:
+    run = RunFile.create(tmp_path / "r.wtape", INFO)
+    run.connection.close()  # every write now fails
+    with pytest.raises(RunFileWriteError):
+        run_spool(run, (), [[b"x" * 300_000], [b"y" * 300_000]])
