@@ -81,8 +81,7 @@ class StreamRedactor:
         if not first:
             _drop_edge(items, window, masked, _LEADING_MASK.match(masked))
         if not last:
-            tail = max(0, len(masked) - 2 * self._reach)
-            _drop_edge(items, window, masked, _TRAILING_MASK.search(masked, tail))
+            _drop_edge(items, window, masked, _trailing_mask(masked))
         self._facts.update(dict.fromkeys(items))
         return masked
 
@@ -109,17 +108,31 @@ class StreamRedactor:
 
 #: A replacement (``redaction._mask``'s shape) at a window's start or end.
 _LEADING_MASK = re.compile(rb"<redacted\**>|\*+")
-_TRAILING_MASK = re.compile(rb"(?:<redacted\**>|\*+)\Z")
+_LONG_MASK = re.compile(rb"<redacted\**>")
+
+
+def _trailing_mask(masked: bytes) -> tuple[int, int] | None:
+    """The span of a replacement that ends ``masked``, if one does (found
+    from the end: linear whatever the bytes)."""
+    if masked.endswith(b">"):
+        start = masked.rfind(b"<redacted")
+        if start >= 0 and _LONG_MASK.fullmatch(masked, start):
+            return start, len(masked)
+    stars = len(masked) - len(masked.rstrip(b"*"))
+    return (len(masked) - stars, len(masked)) if stars else None
 
 
 def _drop_edge(items: list[Redaction], window: bytes, masked: bytes,
-               edge: re.Match[bytes] | None) -> None:
-    """Drop from ``items`` the one fact of the replacement ``edge`` (a
-    match at the window's edge), when it replaced something."""
-    if edge is None or masked[edge.start():edge.end()] == window[edge.start():edge.end()]:
+               edge: re.Match[bytes] | tuple[int, int] | None) -> None:
+    """Drop from ``items`` the one fact of the replacement at ``edge`` (a
+    span at the window's start or end), when it replaced something."""
+    if edge is None:
         return
-    print_ = fingerprint(window[edge.start():edge.end()])
-    for i in range(len(items) - 1, -1, -1) if edge.end() == len(masked) else range(len(items)):
+    start, end = edge.span() if isinstance(edge, re.Match) else edge
+    if masked[start:end] == window[start:end]:
+        return
+    print_ = fingerprint(window[start:end])
+    for i in range(len(items) - 1, -1, -1) if end == len(masked) else range(len(items)):
         if items[i].fingerprint == print_:
             del items[i]
             return
