@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import struct
@@ -265,3 +266,81 @@ def test_a_malformed_list_of_parts_is_refused_with_one_line(
         assert done.returncode == 2, (command, done.returncode, done.stderr)
         assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
         assert str(run) in lines[0] and said in lines[0], lines[0]
+
+
+# --- a disk that fills up while a long response is spooled ------------------------------------
+
+
+def _mount_namespaces() -> str | None:
+    """Why a private tmpfs cannot be mounted here, or None when it can."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return "needs root and unshare(1) to mount a small tmpfs in a private mount namespace"
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                           capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip()}"
+    return None
+
+
+def test_a_disk_that_fills_up_while_spooling_stops_the_recording(tmp_path: Path,
+                                                                  whole: bytes) -> None:
+    """The run file on a small tmpfs that the spooled parts fill: the agent
+    still gets the whole answer (already paid for), the next request is
+    refused without being forwarded, and the file holds no trace of the
+    exchange; its staged parts are gone once it is opened for writing."""
+    why = _mount_namespaces()
+    if why is not None:
+        pytest.skip(why)
+    disk, kept = tmp_path / "disk", tmp_path / "kept"
+    disk.mkdir()
+    kept.mkdir()
+    script = """
+mount -t tmpfs -o size=700k tmpfs "$DISK" || exit 97
+"$@" &
+echo "PID $!"
+wait $!
+echo "SERVE-EXIT $?"
+cp -p "$DISK"/run.wtape* "$KEPT"/
+"""
+    with BigStream(TOTAL) as up:
+        proc = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+             sys.executable, "-m", "wiretape", "serve", "--record", "--port", "0", "-o",
+             str(disk / "run.wtape"), "--upstream", f"openai={up.url}/v1"],
+            env={**env(MIB), "DISK": str(disk), "KEPT": str(kept)}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        try:
+            assert proc.stdout is not None
+            pid, url = 0, ""
+            while not (pid and url):
+                line = proc.stdout.readline().decode()
+                assert line, proc.stderr.read().decode() if proc.stderr else ""
+                if line.startswith("PID "):
+                    pid = int(line.split()[1])
+                elif line.startswith("openai: "):
+                    url = line.split(": ", 1)[1].strip()
+            assert fetch(url, TOTAL) == whole
+            with httpx.Client(timeout=60, trust_env=False) as client:
+                refused = client.post(f"{url}/chat/completions", content=b"{}",
+                                      headers={"x-size": str(SMALL)})
+            assert refused.status_code == 503
+            assert "disk full" in refused.json()["error"]["message"]
+            assert up.requests == 1  # not forwarded
+            os.kill(pid, signal.SIGINT)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert b"SERVE-EXIT" in out and b"Traceback" not in err, err.decode()
+    run = kept / "run.wtape"
+    db = sqlite3.connect(f"file:{run}?mode=ro", uri=True)
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        db.close()
+    with open_run(run) as rf:
+        assert rf.exchanges() == [] and rf.redactions() == []
+    RunFile.open(run, write=True).close()
+    assert parts(run) == 0
