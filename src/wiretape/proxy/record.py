@@ -2,7 +2,9 @@
 client as it arrives, and store the exchange (redacted) when it ends.
 
 Owns the per-exchange bookkeeping (sequence numbers, timing, how it ended).
-Knows nothing of the CLI or of replay.
+Knows nothing of the CLI or of replay. A response body longer than
+``spool_at`` is not held whole: it is written in parts as it streams
+(``proxy.spool``), and its exchange is still committed in one transaction.
 
 A write that fails (disk full, say) stops the recording: that exchange and
 every later one are counted as not saved, and each later request gets an
