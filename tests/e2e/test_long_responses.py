@@ -344,3 +344,48 @@ cp -p "$DISK"/run.wtape* "$KEPT"/
         assert rf.exchanges() == [] and rf.redactions() == []
     RunFile.open(run, write=True).close()
     assert parts(run) == 0
+
+
+def test_a_stop_mid_stream_keeps_what_the_agent_got_of_a_spooled_response(
+        tmp_path: Path, whole: bytes) -> None:
+    """``serve --record`` stopped (SIGINT) while a long response streams:
+    the exchange is committed as cut off, its body what was relayed."""
+    run = tmp_path / "stopped.wtape"
+    cut = 12 * MIB
+    with BigStream(TOTAL, pause_after=cut) as up, Serve(
+            tmp_path, "--record", "--port", "0", "-o", str(run), "--upstream",
+            f"openai={up.url}/v1") as serve:
+        failed: list[BaseException] = []
+
+        def long_fetch() -> None:
+            try:
+                fetch(serve.url, TOTAL)
+            except httpx.HTTPError as exc:  # cut off when wiretape stops
+                failed.append(exc)
+
+        client = threading.Thread(target=long_fetch)
+        client.start()
+        assert up.paused.wait(120), serve.err.read_text()
+        deadline = time.monotonic() + 60
+        while parts(run) < 4:
+            assert time.monotonic() < deadline, "no parts staged"
+            time.sleep(0.05)
+        serve.stop()
+        up.release.set()
+        client.join(60)
+        assert failed
+    with open_run(run) as rf:
+        [stopped] = rf.exchanges()
+    assert stopped.ending.value == "client_gone"
+    assert stopped.error == "wiretape stopped while the response streamed"
+    assert stopped.response is not None
+    body = b"".join(f.data for f in stopped.response.frames)
+    assert MIB < len(body) <= cut  # spooled; what was read before the stop
+    assert body == redact_text(whole[:len(body)], "response-body")[0]
+    db = sqlite3.connect(f"file:{run}?mode=ro", uri=True)
+    try:  # every part left is one of the body's
+        (listed,) = db.execute("SELECT length(data) FROM blobs WHERE codec = 'parts'"
+                               ).fetchone()
+        assert parts(run) == (listed - 4) // 8
+    finally:
+        db.close()
