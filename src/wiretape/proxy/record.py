@@ -2,7 +2,9 @@
 client as it arrives, and store the exchange (redacted) when it ends.
 
 Owns the per-exchange bookkeeping (sequence numbers, timing, how it ended).
-Knows nothing of the CLI or of replay.
+Knows nothing of the CLI or of replay. A response body longer than
+``spool_at`` is not held whole: it is written in parts as it streams
+(``proxy.spool``), and its exchange is still committed in one transaction.
 
 A write that fails (disk full, say) stops the recording: that exchange and
 every later one are counted as not saved, and each later request gets an
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from wiretape.proxy import upstream
 from wiretape.proxy.hop import ClientHead, Framing
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response, unreachable_response
+from wiretape.proxy.spool import DEFAULT_SPOOL_AT, Gathered, Spool
 from wiretape.redaction import STANDARD, Rules, redact_exchange
 from wiretape.store.runfile import RunFile
 
@@ -47,8 +51,13 @@ class Recorder:
     """Records exchanges for a set of origins into one run file."""
 
     def __init__(self, run: RunFile, *, on_exchange: Callable[[Exchange], None] | None = None,
-                 options: UpstreamOptions | None = None, rules: Rules = STANDARD) -> None:
+                 options: UpstreamOptions | None = None, rules: Rules = STANDARD,
+                 spool_at: int | None = None) -> None:
+        """``spool_at``: bytes of a response body held in memory before it
+        is written in parts as it streams (``proxy.spool``; default
+        ``WIRETAPE_SPOOL_BYTES`` from the environment, else 8 MiB)."""
         self._run = run
+        self._spool_at = spool_at if spool_at is not None else _spool_at_from_env()
         self._rules = rules
         self._seq = itertools.count(0)
         self._options = options or UpstreamOptions()
@@ -84,7 +93,7 @@ class Recorder:
             return
         seq = next(self._seq)
         wall, t0 = time.time_ns(), time.monotonic_ns()
-        frames: list[Frame] = []
+        gathered: Gathered | None = None  # the origin's response body as it arrives
         response: Response | None = None
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:
@@ -117,6 +126,7 @@ class Recorder:
             client_ok = True
             left: int | None = None  # bytes until a Content-Length body ends
             held = b""  # its last frame, sent whole once the exchange is committed
+            gathered = Gathered(self._spool_at, lambda: Spool(self._run, self._rules, raw_headers))
             try:
                 head = await conn.send_head(origin_resp.status_code, reason, raw_headers)
                 left = _declared_length(head)
@@ -125,7 +135,7 @@ class Recorder:
             try:
                 if client_ok:
                     async for chunk in origin_resp.aiter_raw():
-                        frames.append(Frame(time.monotonic_ns() - t0, chunk))
+                        gathered.add(time.monotonic_ns() - t0, chunk)
                         if left is not None:
                             left -= len(chunk)
                             if left == 0:  # the frame that ends the body waits for the commit
@@ -137,6 +147,7 @@ class Recorder:
                         except ClientGone:
                             ending = Ending.CLIENT_GONE
                             break
+                        await gathered.spill()  # after the relay: may wait for the disk
             except httpx.TimeoutException as exc:
                 ending, error = Ending.TIMEOUT, f"{type(exc).__name__}: {exc}"
             except httpx.TransportError as exc:
@@ -144,17 +155,18 @@ class Recorder:
             except asyncio.CancelledError:
                 # wiretape is stopping with this response still streaming:
                 # keep what the agent already got, then stop.
-                response = Response(origin_resp.status_code, reason, raw_headers, tuple(frames),
+                response = Response(origin_resp.status_code, reason, raw_headers, gathered.frames(),
                                     version)
                 self._schedule_store(Exchange(
                     seq, connection_id, origin, wall, request, response, Ending.CLIENT_GONE,
-                    ttfb, time.monotonic_ns() - t0, "wiretape stopped while the response streamed"))
+                    ttfb, time.monotonic_ns() - t0, "wiretape stopped while the response streamed"),
+                    gathered)
                 await conn.abort()
                 raise
             finally:
                 await origin_resp.aclose()
             response = Response(
-                origin_resp.status_code, reason, raw_headers, tuple(frames), version
+                origin_resp.status_code, reason, raw_headers, gathered.frames(), version
             )
             if ending is Ending.COMPLETE:
                 # The client reads the end of the response (the terminating
@@ -166,7 +178,7 @@ class Recorder:
                 # as not saved, and the next request is refused.
                 await self._store_now(Exchange(seq, connection_id, origin, wall, request,
                                                response, ending, ttfb,
-                                               time.monotonic_ns() - t0, error))
+                                               time.monotonic_ns() - t0, error), gathered)
                 with contextlib.suppress(ClientGone):
                     await conn.send_data(held)
                     await conn.end()
@@ -175,7 +187,7 @@ class Recorder:
         duration = time.monotonic_ns() - t0
         exchange = Exchange(seq, connection_id, origin, wall, request, response, ending,
                             ttfb, duration, error)
-        self._schedule_store(exchange)
+        self._schedule_store(exchange, gathered)
 
     async def _refuse(self, conn: ClientConnection, request: Request,
                       failure: RunFileWriteError) -> None:
@@ -189,46 +201,64 @@ class Recorder:
             await conn.send_data(body)
             await conn.end()
 
-    def _schedule_store(self, exchange: Exchange) -> asyncio.Task[None]:
+    def _schedule_store(self, exchange: Exchange,
+                        body: Gathered | None = None) -> asyncio.Task[None]:
         """Store off the client's path: the next request on this connection
-        need not wait for the commit."""
-        task = asyncio.create_task(self._store(exchange), name=f"wiretape-store-{exchange.seq}")
+        need not wait for the commit. ``body``: the response's, when its
+        frames were gathered (a spooled one is not in ``exchange``)."""
+        task = asyncio.create_task(self._store(exchange, body),
+                                   name=f"wiretape-store-{exchange.seq}")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         return task
 
-    async def _store_now(self, exchange: Exchange) -> None:
+    async def _store_now(self, exchange: Exchange, body: Gathered) -> None:
         """Store and wait for the commit (the store goes on, and ``aclose``
         waits for it, if this task is cancelled meanwhile)."""
-        await asyncio.shield(self._schedule_store(exchange))
+        await asyncio.shield(self._schedule_store(exchange, body))
 
-    def _redact_and_write(self, exchange: Exchange) -> Exchange:
+    def _redact_and_write(self, exchange: Exchange, body: Gathered | None) -> tuple[Exchange, int]:
         """Redact (CPU work: a coded body is undone and done again) and
-        commit, on a worker thread: never on the event loop."""
+        commit, on a worker thread: never on the event loop. Returns the
+        exchange as stored (a spooled response without its frames) and its
+        response body's bytes."""
         stored, facts = redact_exchange(exchange, self._rules)
-        self._run.write_exchange(stored, facts)
-        return stored
+        spool = body.spool if body is not None else None
+        if body is None or spool is None:
+            self._run.write_exchange(stored, facts)
+            return stored, len(stored.response.body) if stored.response else 0
+        staged, more = spool.finish()
+        self._run.write_spooled_exchange(stored, facts + more, staged, body.frame_rows())
+        return stored, staged.size
 
-    async def _store(self, exchange: Exchange) -> None:
+    async def _store(self, exchange: Exchange, body: Gathered | None = None) -> None:
+        if body is not None and body.spool is not None:
+            await body.spool.close(body.take_pending())
         async with self._write_lock:
             if self.write_failure is not None:
                 self.stats.not_saved += 1
                 return
             try:
-                stored = await asyncio.to_thread(self._redact_and_write, exchange)
+                stored, response_bytes = await asyncio.to_thread(
+                    self._redact_and_write, exchange, body)
             except Exception as exc:  # whatever it was, the exchange is not on disk
                 self.write_failure = RunFileWriteError(self._run.path, write_failure_reason(exc))
                 self.stats.not_saved += 1
                 return
-        request, response = stored.request, stored.response
         self.stats.exchanges += 1
-        self.stats.body_bytes += len(request.body) + (len(response.body) if response else 0)
+        self.stats.body_bytes += len(stored.request.body) + response_bytes
         if exchange.ending is not Ending.COMPLETE:
             self.stats.failures.append(
                 f"#{exchange.seq} {exchange.ending.value}: {stored.error or ''}"
             )
         if self._on_exchange is not None:
             self._on_exchange(stored)
+
+
+def _spool_at_from_env() -> int:
+    """``WIRETAPE_SPOOL_BYTES`` (bytes, at least 64 KiB), else the default."""
+    value = os.environ.get("WIRETAPE_SPOOL_BYTES", "")
+    return max(64 * 1024, int(value)) if value.strip().isdigit() else DEFAULT_SPOOL_AT
 
 
 def _declared_length(head: ClientHead) -> int | None:

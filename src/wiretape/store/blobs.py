@@ -6,6 +6,13 @@ resend their growing conversation), that blob's bytes are the compression
 dictionary, so a request that extends the previous one costs about its new
 bytes. Reference chains are capped so reading stays cheap.
 
+A body too large to hold while it is recorded is stored in parts
+(:func:`put_part`, :func:`put_parts`): each part its own compressed row
+under a staging key (``part:<token>:<index>``, never a sha256), then one
+row under the body's hash with codec ``parts`` naming the token (``ref``)
+and listing the parts' sizes. Until that row is committed the parts are
+reached from nothing (:func:`sweep_parts` removes them).
+
 Reading back is bounded whatever the file says (:func:`get`): a run file is
 untrusted input.
 """
@@ -13,7 +20,9 @@ untrusted input.
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
+import struct
 
 import zstandard
 
@@ -24,6 +33,13 @@ _MIN_COMPRESS = 64  # bytes; below this zstd framing costs more than it saves
 MAX_BLOB_BYTES = 256 * 1024 * 1024
 _MAX_WINDOW = 1 << 27  # zstd's own default limit, said here: no frame may ask for more
 _CHUNK = 1 << 20
+#: The most parts a ``parts`` body may list, whatever the file says.
+MAX_PARTS = 1 << 16
+_PARTS_MAGIC = b"WTP1"
+_PART_SIZE = struct.Struct(">Q")
+_TOKEN = re.compile(r"[0-9a-f]{32}")
+#: zstd level of a part: a part is compressed while its response streams.
+_PART_LEVEL = 3
 
 
 def blob_hash(data: bytes) -> str:
@@ -57,6 +73,69 @@ def put(db: sqlite3.Connection, data: bytes, ref: str | None = None) -> str:
         (digest, len(data), codec, ref_used, depth, payload),
     )
     return digest
+
+
+def part_key(token: str, index: int) -> str:
+    """The key a staged part is stored under (never a sha256 hex)."""
+    return f"part:{token}:{index}"
+
+
+def compress_part(data: bytes) -> tuple[str, bytes]:
+    """(codec, payload) of one part: CPU work, done before the write that
+    stores it (no lock held)."""
+    if len(data) < _MIN_COMPRESS:
+        return "raw", data
+    return "zstd", zstandard.ZstdCompressor(level=_PART_LEVEL).compress(data)
+
+
+def put_part(db: sqlite3.Connection, token: str, index: int, size: int, codec: str,
+             payload: bytes) -> None:
+    """Stage part ``index`` (``size`` uncompressed bytes, as
+    :func:`compress_part` made it) of the body being spooled as ``token``.
+    The caller owns the transaction."""
+    db.execute(
+        "INSERT INTO blobs (hash, size, codec, ref, depth, data) VALUES (?, ?, ?, NULL, 0, ?)",
+        (part_key(token, index), size, codec, payload))
+
+
+def put_parts(db: sqlite3.Connection, digest: str, token: str, sizes: list[int]) -> str:
+    """Make the body ``digest`` (sha256 hex of the whole) out of the parts
+    staged as ``token`` (``sizes``: each part's bytes, in order), in the
+    caller's transaction; when that body is already stored, the staged
+    parts are dropped instead. Returns ``digest``."""
+    if db.execute("SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone():
+        db.execute("DELETE FROM blobs WHERE hash >= ? AND hash < ?",
+                   (f"part:{token}:", f"part:{token};"))
+        return digest
+    listing = _PARTS_MAGIC + b"".join(_PART_SIZE.pack(n) for n in sizes)
+    db.execute(
+        "INSERT INTO blobs (hash, size, codec, ref, depth, data) VALUES (?, ?, 'parts', ?, 0, ?)",
+        (digest, sum(sizes), token, listing))
+    return digest
+
+
+#: Staged parts no ``parts`` body names: those of a body never committed.
+_UNCLAIMED = ("hash LIKE 'part:%' AND substr(hash, 6, 32) NOT IN"
+              " (SELECT ref FROM blobs WHERE codec = 'parts' AND ref IS NOT NULL)")
+
+
+def sweep_parts(db: sqlite3.Connection, keep: set[str] | frozenset[str] = frozenset()) -> int:
+    """Delete the staged parts of bodies never committed (a recording
+    killed, or a write that failed, mid-stream), but those of the tokens in
+    ``keep`` (bodies still being spooled). The caller owns the transaction.
+    Returns how many rows were deleted."""
+    rows = db.execute(f"SELECT hash FROM blobs WHERE {_UNCLAIMED}").fetchall()
+    gone = [(h,) for (h,) in rows if str(h)[5:37] not in keep]
+    db.executemany("DELETE FROM blobs WHERE hash = ?", gone)
+    return len(gone)
+
+
+def stored_bytes(db: sqlite3.Connection) -> int:
+    """Bytes of blobs as stored (compressed), staged parts of a body never
+    committed left out. Raises sqlite3.Error."""
+    row = db.execute(
+        f"SELECT coalesce(sum(length(data)), 0) FROM blobs WHERE NOT ({_UNCLAIMED})").fetchone()
+    return int(row[0]) if type(row[0]) is int else 0
 
 
 class BlobError(ValueError):
@@ -114,6 +193,8 @@ def _get(db: sqlite3.Connection, digest: str, cache: dict[str, bytes] | None, li
                 _get(db, ref, cache, limit, chain | {digest}),
                 dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         data = _decompress(payload, size, dictionary, digest)
+    elif codec == "parts":
+        data = _join_parts(db, digest, size, ref, payload)
     else:
         raise BlobError(f"body {_short(digest)} has an unknown codec ({_kind(codec)})")
     if blob_hash(data) != digest:
@@ -121,6 +202,44 @@ def _get(db: sqlite3.Connection, digest: str, cache: dict[str, bytes] | None, li
     if cache is not None:
         cache[digest] = data
     return data
+
+
+def _join_parts(db: sqlite3.Connection, digest: str, size: int, token: object,
+                listing: bytes) -> bytes:
+    """The body ``digest`` made of the parts ``listing`` names, each read
+    within its listed size (``size`` is already within the limit)."""
+    what = f"body {_short(digest)}"
+    if not isinstance(token, str) or _TOKEN.fullmatch(token) is None:
+        raise BlobError(f"{what} is stored in parts but names no valid part set")
+    count, rest = divmod(len(listing) - len(_PARTS_MAGIC), _PART_SIZE.size)
+    if not listing.startswith(_PARTS_MAGIC) or rest or count < 1:
+        raise BlobError(f"{what} is stored in parts but its list of parts is malformed")
+    if count > MAX_PARTS:
+        raise BlobError(f"{what} lists {count} parts, more than the {MAX_PARTS} wiretape reads")
+    sizes = [n for (n,) in _PART_SIZE.iter_unpack(listing[len(_PARTS_MAGIC):])]
+    if sum(sizes) != size or any(n < 1 for n in sizes):
+        raise BlobError(f"{what} says it is {size} bytes but its parts' sizes do not add up "
+                        "to it")
+    out = bytearray()
+    for index, part_size in enumerate(sizes):
+        row = db.execute("SELECT size, codec, data FROM blobs WHERE hash = ?",
+                         (part_key(token, index),)).fetchone()
+        if row is None:
+            raise BlobError(f"{what} lacks its part {index}")
+        stored_size, codec, payload = row
+        where = f"{what}, part {index},"
+        if stored_size != part_size or not isinstance(payload, bytes):
+            raise BlobError(f"{where} is not stored as its list of parts says")
+        if codec == "raw":
+            if len(payload) != part_size:
+                raise BlobError(f"{where} says it is {part_size} bytes but {len(payload)} are "
+                                "stored")
+            out += payload
+        elif codec == "zstd":
+            out += _decompress(payload, part_size, None, digest)
+        else:
+            raise BlobError(f"{where} has a codec a part cannot have ({_kind(codec)})")
+    return bytes(out)
 
 
 def _decompress(payload: bytes, size: int, dictionary: zstandard.ZstdCompressionDict | None,

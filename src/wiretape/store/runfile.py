@@ -25,7 +25,8 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast, get_type_hints
@@ -158,6 +159,21 @@ def _meta_shapes() -> dict[str, Any]:
 _META = _meta_shapes()
 
 
+@dataclass(frozen=True)
+class SpooledBody:
+    """A response body staged in parts (:meth:`RunFile.stage_part`):
+    ``token`` names its parts (32 hex digits), ``sizes`` their bytes in
+    order (each at least 1), ``sha256`` the hex digest of the whole."""
+
+    token: str
+    sizes: tuple[int, ...]
+    sha256: str
+
+    @property
+    def size(self) -> int:
+        return sum(self.sizes)
+
+
 class RunFile:
     """A run file opened for reading, or created for writing.
 
@@ -248,6 +264,8 @@ class RunFile:
                 db = connect_write(path)
                 try:
                     schema.migrate(db, path)
+                    with transaction(db):  # what a killed recording left staged
+                        blobs.sweep_parts(db)
                 except BaseException:
                     db.close()
                     raise
@@ -297,8 +315,12 @@ class RunFile:
 
     def close(self, *, compact: bool = False) -> None:
         """Close; with ``compact`` (a file being written) fold the WAL back
-        so the file stands alone."""
+        so the file stands alone. A file being written loses first the
+        staged parts of any body never committed."""
         with self._lock:
+            if self._writable:
+                with contextlib.suppress(RunFileWriteError):
+                    self.sweep()
             if compact and self._writable:
                 try:
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -432,48 +454,48 @@ class RunFile:
         with self._write() as db:
             req_blob = blobs.put(db, req.body, ref=self._last_request_blob)
             resp_blob = blobs.put(db, resp.body) if resp is not None else None
-            db.execute(
-                "INSERT INTO exchanges (seq, connection_id, origin, started_at_ns, method,"
-                " target, http_version, request_headers, request_body, status, reason,"
-                " response_http_version, response_headers, response_body, ending, ttfb_ns,"
-                " duration_ns, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    exchange.seq,
-                    exchange.connection_id,
-                    exchange.origin,
-                    exchange.started_at_ns,
-                    req.method,
-                    req.target,
-                    req.http_version,
-                    _headers_to_json(req.headers),
-                    req_blob,
-                    resp.status if resp else None,
-                    resp.reason if resp else None,
-                    resp.http_version if resp else None,
-                    _headers_to_json(resp.headers) if resp else None,
-                    resp_blob,
-                    exchange.ending.value,
-                    exchange.ttfb_ns,
-                    exchange.duration_ns,
-                    exchange.error,
-                ),
-            )
-            if resp is not None:
-                starts = [0]
-                for frame in resp.frames:
-                    starts.append(starts[-1] + len(frame.data))
-                db.executemany(
-                    "INSERT INTO frames (seq, idx, offset_ns, start, length)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    [(exchange.seq, idx, frame.offset_ns, starts[idx], len(frame.data))
-                     for idx, frame in enumerate(resp.frames)],
-                )
-            db.executemany(
-                "INSERT INTO redactions (seq, location, name, fingerprint) VALUES (?,?,?,?)",
-                [(exchange.seq, r.location, r.name, r.fingerprint) for r in redactions],
-            )
+            frames: Iterable[tuple[int, int]] = (
+                ((f.offset_ns, len(f.data)) for f in resp.frames) if resp is not None else ())
+            _insert_exchange(db, exchange, req_blob, resp_blob, frames, redactions)
         # Only a committed body is a dictionary for the next one.
         self._last_request_blob = req_blob
+
+    # -- a response body too large to hold: staged in parts ----------------
+
+    def stage_part(self, token: str, index: int, size: int, codec: str,
+                   payload: bytes) -> None:
+        """Write one part (``blobs.compress_part``'s codec and payload,
+        ``size`` bytes uncompressed) of a response body being spooled as
+        ``token``, in its own transaction. Nothing reaches it until
+        :meth:`write_spooled_exchange` names it: a reader never sees it, and
+        a crash before then leaves only rows :meth:`sweep` removes. Raises
+        RunFileWriteError."""
+        with self._write() as db:
+            blobs.put_part(db, token, index, size, codec, payload)
+
+    def write_spooled_exchange(self, exchange: Exchange, redactions: Sequence[Redaction],
+                               body: SpooledBody, frames: Iterable[tuple[int, int]]) -> None:
+        """Commit one ended exchange whose response body was staged in
+        parts (``body``), in one transaction, as :meth:`write_exchange`
+        does: ``exchange`` (already redacted) has a response whose frames
+        are left out; ``frames`` gives them as (offset_ns, length), in
+        order, their lengths adding up to ``body.size``. Raises
+        RunFileWriteError."""
+        req, resp = exchange.request, exchange.response
+        if resp is None:
+            raise ValueError("a spooled body belongs to a response")
+        with self._write() as db:
+            req_blob = blobs.put(db, req.body, ref=self._last_request_blob)
+            resp_blob = blobs.put_parts(db, body.sha256, body.token, list(body.sizes))
+            _insert_exchange(db, exchange, req_blob, resp_blob, frames, redactions)
+        self._last_request_blob = req_blob
+
+    def sweep(self, keep: set[str] | frozenset[str] = frozenset()) -> int:
+        """Delete staged parts no committed body names (a recording killed
+        or failed while a long response streamed), but those of the tokens
+        in ``keep``; returns how many. Raises RunFileWriteError."""
+        with self._write() as db:
+            return blobs.sweep_parts(db, keep)
 
     @_damage_is_an_input_error
     def exchange_count(self) -> int:
@@ -608,8 +630,7 @@ class RunFile:
     def stored_bytes(self) -> int:
         """Bytes of bodies as stored (compressed), for summaries."""
         with self._lock:
-            row = self._db.execute("SELECT coalesce(sum(length(data)), 0) FROM blobs").fetchone()
-        return shapes.integer(row[0], "the stored bytes")
+            return blobs.stored_bytes(self._db)
 
     @_damage_is_an_input_error
     def body_bytes(self) -> int:
@@ -843,6 +864,56 @@ class RunFile:
                 (replay_id,),
             ).fetchall()
             return [request_row(row, "the run file's") for row in rows]
+
+
+def _insert_exchange(db: sqlite3.Connection, exchange: Exchange, req_blob: str,
+                     resp_blob: str | None, frames: Iterable[tuple[int, int]],
+                     redactions: Sequence[Redaction]) -> None:
+    """The exchange's row, its frames ((offset_ns, length), in order) and
+    its redactions, in the caller's transaction."""
+    req, resp = exchange.request, exchange.response
+    db.execute(
+        "INSERT INTO exchanges (seq, connection_id, origin, started_at_ns, method,"
+        " target, http_version, request_headers, request_body, status, reason,"
+        " response_http_version, response_headers, response_body, ending, ttfb_ns,"
+        " duration_ns, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            exchange.seq,
+            exchange.connection_id,
+            exchange.origin,
+            exchange.started_at_ns,
+            req.method,
+            req.target,
+            req.http_version,
+            _headers_to_json(req.headers),
+            req_blob,
+            resp.status if resp else None,
+            resp.reason if resp else None,
+            resp.http_version if resp else None,
+            _headers_to_json(resp.headers) if resp else None,
+            resp_blob,
+            exchange.ending.value,
+            exchange.ttfb_ns,
+            exchange.duration_ns,
+            exchange.error,
+        ),
+    )
+    if resp is not None:
+        db.executemany(
+            "INSERT INTO frames (seq, idx, offset_ns, start, length) VALUES (?, ?, ?, ?, ?)",
+            _frame_rows(exchange.seq, frames))
+    db.executemany(
+        "INSERT INTO redactions (seq, location, name, fingerprint) VALUES (?,?,?,?)",
+        [(exchange.seq, r.location, r.name, r.fingerprint) for r in redactions],
+    )
+
+
+def _frame_rows(seq: int, frames: Iterable[tuple[int, int]],
+                ) -> Iterator[tuple[int, int, int, int, int]]:
+    start = 0
+    for idx, (offset_ns, length) in enumerate(frames):
+        yield seq, idx, offset_ns, start, length
+        start += length
 
 
 #: The allowance names a run may carry (matching.correspond.ALLOWANCES,
