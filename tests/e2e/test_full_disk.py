@@ -15,7 +15,6 @@ import json
 import os
 import random
 import re
-import shutil
 import string
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from support.readonly import why_no_private_mounts
 from wiretape.store.runfile import open_run
 from wiretape.testing import FakeProvider, TextTurn
 
@@ -36,16 +36,6 @@ _SCRUB = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "HTTP_PROX
           "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "WIRETAPE_HOME")
 
 
-def _mount_namespaces() -> str | None:
-    """Why a private tmpfs cannot be mounted here, or None when it can."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        return "needs root and unshare(1) to mount a small tmpfs in a private mount namespace"
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                            "mount -t tmpfs -o size=64k tmpfs /mnt"],
-                           capture_output=True, text=True, check=False)
-    if probe.returncode != 0:
-        return f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip()}"
-    return None
 
 
 def _answers() -> list[TextTurn]:
@@ -56,7 +46,7 @@ def _answers() -> list[TextTurn]:
 
 
 def test_a_disk_that_fills_up_stops_the_recording_loudly(tmp_path: Path) -> None:
-    why = _mount_namespaces()
+    why = why_no_private_mounts()
     if why is not None:
         pytest.skip(why)
     disk, kept = tmp_path / "disk", tmp_path / "kept"
@@ -132,7 +122,7 @@ cp -p "$DISK"/run.wtape* "$KEPT"/
                          ids=["the run file itself", "the snapshot"])
 def test_a_run_file_that_does_not_fit_is_not_left_behind(tmp_path: Path, size: str,
                                                          while_: str) -> None:
-    why = _mount_namespaces()
+    why = why_no_private_mounts()
     if why is not None:
         pytest.skip(why)
     disk, work = tmp_path / "disk", tmp_path / "work"
@@ -167,7 +157,7 @@ def test_an_export_that_does_not_fit_leaves_the_old_file_whole(tmp_path: Path) -
     """HAR (and report, JUnit) are written to a temporary name beside the
     target and renamed: a disk that fills up mid-way leaves the file that
     was there, and no half of the new one."""
-    why = _mount_namespaces()
+    why = why_no_private_mounts()
     if why is not None:
         pytest.skip(why)
     disk, work = tmp_path / "disk", tmp_path / "work"
@@ -202,7 +192,7 @@ cat "$DISK/run.har"
 
 
 def test_from_python_a_disk_that_fills_up_raises_once_the_agent_ended(tmp_path: Path) -> None:
-    why = _mount_namespaces()
+    why = why_no_private_mounts()
     if why is not None:
         pytest.skip(why)
     disk = tmp_path / "disk"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import struct
@@ -28,6 +27,7 @@ import httpx
 import pytest
 
 from support.big_stream import SECRET_EVERY, BigStream, stream_body
+from support.readonly import why_no_private_mounts
 from wiretape.redaction import Facts, redact_text
 from wiretape.store.runfile import RunFile, open_run
 
@@ -271,16 +271,6 @@ def test_a_malformed_list_of_parts_is_refused_with_one_line(
 # --- a disk that fills up while a long response is spooled ------------------------------------
 
 
-def _mount_namespaces() -> str | None:
-    """Why a private tmpfs cannot be mounted here, or None when it can."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        return "needs root and unshare(1) to mount a small tmpfs in a private mount namespace"
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                            "mount -t tmpfs -o size=64k tmpfs /mnt"],
-                           capture_output=True, text=True, check=False)
-    if probe.returncode != 0:
-        return f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip()}"
-    return None
 
 
 def test_a_disk_that_fills_up_while_spooling_stops_the_recording(tmp_path: Path,
@@ -289,7 +279,7 @@ def test_a_disk_that_fills_up_while_spooling_stops_the_recording(tmp_path: Path,
     still gets the whole answer (already paid for), the next request is
     refused without being forwarded, and the file holds no trace of the
     exchange; its staged parts are gone once it is opened for writing."""
-    why = _mount_namespaces()
+    why = why_no_private_mounts()
     if why is not None:
         pytest.skip(why)
     disk, kept = tmp_path / "disk", tmp_path / "kept"

@@ -6,6 +6,7 @@ do not stop root)."""
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 import tempfile
@@ -37,3 +38,17 @@ def available() -> bool:
         probe = subprocess.run(read_only_argv(Path(folder), ["sh", "-c", f"! touch {folder}/x"]),
                                capture_output=True, timeout=30, check=False)
         return probe.returncode == 0
+
+
+@functools.cache
+def why_no_private_mounts() -> str | None:
+    """Why a private tmpfs cannot be mounted here (root and unshare(1) are
+    needed), or None when it can."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return "needs root and unshare(1) to mount a small tmpfs in a private mount namespace"
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                           capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip()}"
+    return None
