@@ -17,19 +17,32 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
 from wiretape.errors import RunFileWriteError, write_failure_reason
-from wiretape.model import Ending, Exchange, Frame, Request, Response
+from wiretape.model import Ending, Exchange, Frame, Redaction, Request, Response
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import upstream
 from wiretape.proxy.hop import ClientHead, Framing
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response, unreachable_response
-from wiretape.redaction import STANDARD, Rules, redact_exchange
+from wiretape.redaction import (
+    STANDARD,
+    Facts,
+    Rules,
+    redact_request,
+    redact_response,
+    redact_str,
+)
+from wiretape.store.blobs import blob_hash
 from wiretape.store.runfile import RunFile
+
+#: A request as it is stored (redacted), the facts of what was redacted,
+#: and the sha256 hex of its body: made on a worker thread as soon as the
+#: request is received, while it is forwarded.
+Prepared = tuple[Request, list[Redaction], str]
 
 
 @dataclass
@@ -61,9 +74,11 @@ class Recorder:
         self.write_failure: RunFileWriteError | None = None
 
     async def aclose(self) -> None:
-        """Wait for every exchange to be committed, then close the client."""
+        """Wait for every exchange to be committed and its bodies compressed
+        (``RunFile.settle``, on a worker thread), then close the client."""
         while self._pending:
             await asyncio.gather(*set(self._pending), return_exceptions=True)
+        await asyncio.to_thread(self._run.settle)
         await self._client.aclose()
 
     def handler(self, origin: str, upstream_url: str, connection_id: int) -> Handler:
@@ -84,6 +99,10 @@ class Recorder:
             return
         seq = next(self._seq)
         wall, t0 = time.time_ns(), time.monotonic_ns()
+        # Redacted and hashed on a worker thread while it is forwarded: the
+        # commit at the end only awaits it.
+        prepared = asyncio.get_running_loop().run_in_executor(None, self._prepare, request)
+        prepared.add_done_callback(_retrieve)
         frames: list[Frame] = []
         response: Response | None = None
         ending, error, ttfb = Ending.COMPLETE, None, None
@@ -148,7 +167,8 @@ class Recorder:
                                     version)
                 self._schedule_store(Exchange(
                     seq, connection_id, origin, wall, request, response, Ending.CLIENT_GONE,
-                    ttfb, time.monotonic_ns() - t0, "wiretape stopped while the response streamed"))
+                    ttfb, time.monotonic_ns() - t0, "wiretape stopped while the response streamed"),
+                    prepared)
                 await conn.abort()
                 raise
             finally:
@@ -166,7 +186,7 @@ class Recorder:
                 # as not saved, and the next request is refused.
                 await self._store_now(Exchange(seq, connection_id, origin, wall, request,
                                                response, ending, ttfb,
-                                               time.monotonic_ns() - t0, error))
+                                               time.monotonic_ns() - t0, error), prepared)
                 with contextlib.suppress(ClientGone):
                     await conn.send_data(held)
                     await conn.end()
@@ -175,7 +195,7 @@ class Recorder:
         duration = time.monotonic_ns() - t0
         exchange = Exchange(seq, connection_id, origin, wall, request, response, ending,
                             ttfb, duration, error)
-        self._schedule_store(exchange)
+        self._schedule_store(exchange, prepared)
 
     async def _refuse(self, conn: ClientConnection, request: Request,
                       failure: RunFileWriteError) -> None:
@@ -189,46 +209,74 @@ class Recorder:
             await conn.send_data(body)
             await conn.end()
 
-    def _schedule_store(self, exchange: Exchange) -> asyncio.Task[None]:
+    def _schedule_store(self, exchange: Exchange,
+                        prepared: asyncio.Future[Prepared]) -> asyncio.Task[None]:
         """Store off the client's path: the next request on this connection
         need not wait for the commit."""
-        task = asyncio.create_task(self._store(exchange), name=f"wiretape-store-{exchange.seq}")
+        task = asyncio.create_task(self._store(exchange, prepared),
+                                   name=f"wiretape-store-{exchange.seq}")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         return task
 
-    async def _store_now(self, exchange: Exchange) -> None:
+    async def _store_now(self, exchange: Exchange, prepared: asyncio.Future[Prepared]) -> None:
         """Store and wait for the commit (the store goes on, and ``aclose``
         waits for it, if this task is cancelled meanwhile)."""
-        await asyncio.shield(self._schedule_store(exchange))
+        await asyncio.shield(self._schedule_store(exchange, prepared))
 
-    def _redact_and_write(self, exchange: Exchange) -> Exchange:
-        """Redact (CPU work: a coded body is undone and done again) and
-        commit, on a worker thread: never on the event loop."""
-        stored, facts = redact_exchange(exchange, self._rules)
-        self._run.write_exchange(stored, facts)
+    def _prepare(self, request: Request) -> Prepared:
+        """The request as stored: redacted (CPU work), and its body's hash.
+        On a worker thread, as soon as the request is received."""
+        stored, facts = redact_request(request, self._rules)
+        return stored, facts, blob_hash(stored.body)
+
+    def _redact_and_write(self, exchange: Exchange, prepared: Prepared) -> Exchange:
+        """Redact the response (CPU work: a coded body is undone and done
+        again) and commit with the prepared request, on a worker thread:
+        never on the event loop. The bodies are committed raw and compressed
+        afterwards by the run file's own thread (``RunFile.settle``)."""
+        request, facts, digest = prepared
+        response = exchange.response
+        if response is not None:
+            response, more = redact_response(response, self._rules)
+            facts = facts + more
+        error = exchange.error
+        if error is not None:
+            error = redact_str(error, "error", self._rules, Facts(facts))
+        stored = replace(exchange, request=request, response=response, error=error)
+        self._run.write_exchange(stored, facts, compress_later=True, request_digest=digest)
         return stored
 
-    async def _store(self, exchange: Exchange) -> None:
+    async def _store(self, exchange: Exchange, prepared: asyncio.Future[Prepared]) -> None:
+        # One commit at a time, in the order the exchanges ended.
         async with self._write_lock:
             if self.write_failure is not None:
                 self.stats.not_saved += 1
                 return
             try:
-                stored = await asyncio.to_thread(self._redact_and_write, exchange)
+                stored = await asyncio.to_thread(self._redact_and_write, exchange,
+                                                 await prepared)
             except Exception as exc:  # whatever it was, the exchange is not on disk
                 self.write_failure = RunFileWriteError(self._run.path, write_failure_reason(exc))
                 self.stats.not_saved += 1
                 return
         request, response = stored.request, stored.response
         self.stats.exchanges += 1
-        self.stats.body_bytes += len(request.body) + (len(response.body) if response else 0)
+        self.stats.body_bytes += len(request.body) + (
+            sum(len(f.data) for f in response.frames) if response else 0)
         if exchange.ending is not Ending.COMPLETE:
             self.stats.failures.append(
                 f"#{exchange.seq} {exchange.ending.value}: {stored.error or ''}"
             )
         if self._on_exchange is not None:
             self._on_exchange(stored)
+
+
+def _retrieve(future: asyncio.Future[Prepared]) -> None:
+    """Mark a preparation's failure as seen: an exchange that is never
+    stored (its task cancelled while forwarding) never awaits it."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _declared_length(head: ClientHead) -> int | None:

@@ -16,6 +16,7 @@ replay's log is kept beside the run, never in it (``store.replaylog``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -175,7 +176,16 @@ class RunFile:
         self._replay_logs = replay_logs
         self._lock = threading.RLock()
         self._cache: dict[str, bytes] = {}
-        self._last_request_blob: str | None = None
+        #: the last request body committed (hash, bytes): the next one's dictionary
+        self._last_request: tuple[str, bytes] | None = None
+        self._packer = blobs.Packer()
+        self._background_packer = blobs.Packer(blobs.FAST_LEVEL)
+        #: the thread compressing bodies committed raw (write_exchange), and
+        #: the last thing queued on it
+        self._background: concurrent.futures.ThreadPoolExecutor | None = None
+        self._queued: concurrent.futures.Future[None] | None = None
+        #: why a background compression failed (its bodies stay raw)
+        self.background_failures: list[str] = []
         self._log: ReplayLog | None = None
         self._content_hash: str | None = None
         self._log_note: str | None = None
@@ -297,7 +307,11 @@ class RunFile:
 
     def close(self, *, compact: bool = False) -> None:
         """Close; with ``compact`` (a file being written) fold the WAL back
-        so the file stands alone."""
+        so the file stands alone. Waits first for the bodies still being
+        compressed (:meth:`settle`)."""
+        self.settle()
+        if self._background is not None:
+            self._background.shutdown(wait=True)
         with self._lock:
             if compact and self._writable:
                 try:
@@ -424,14 +438,41 @@ class RunFile:
 
     # -- exchanges ---------------------------------------------------------
 
-    def write_exchange(self, exchange: Exchange, redactions: Sequence[Redaction] = ()) -> None:
+    def write_exchange(self, exchange: Exchange, redactions: Sequence[Redaction] = (), *,
+                       compress_later: bool = False, request_digest: str | None = None) -> None:
         """Commit one ended exchange, already redacted, in one transaction:
         its bodies, its row, its frames and its redactions are all in the
-        file, or (the write failed) none of them."""
+        file, or (the write failed) none of them.
+
+        ``compress_later``: the bodies this stores are committed raw (the
+        cheapest write, for a commit something waits for) and compressed
+        afterwards on this file's background thread, one transaction each,
+        under the same hashes (:meth:`settle` waits for that; :meth:`close`
+        does). A process killed before leaves a correct, bigger file.
+        ``request_digest``: the sha256 hex of the request's body, when the
+        caller has it. Raises RunFileWriteError.
+        """
         req, resp = exchange.request, exchange.response
+        resp_body = b"".join([f.data for f in resp.frames]) if resp is not None else b""
+        previous = self._last_request
+        later: list[tuple[str, bytes, blobs.Reference | None]] = []
         with self._write() as db:
-            req_blob = blobs.put(db, req.body, ref=self._last_request_blob)
-            resp_blob = blobs.put(db, resp.body) if resp is not None else None
+            if compress_later:
+                req_blob = request_digest or blobs.blob_hash(req.body)
+                if blobs.put_raw(db, req.body, req_blob) and len(req.body) >= blobs.MIN_COMPRESS:
+                    ref = (blobs.Reference(previous[0], previous[1], 0)
+                           if previous is not None else None)
+                    later.append((req_blob, req.body, ref))
+                resp_blob = blobs.blob_hash(resp_body) if resp is not None else None
+                if (resp_blob is not None and blobs.put_raw(db, resp_body, resp_blob)
+                        and len(resp_body) >= blobs.MIN_COMPRESS):
+                    later.append((resp_blob, resp_body, None))
+            else:
+                req_blob = blobs.put(db, req.body, ref=previous[0] if previous else None,
+                                     ref_data=previous[1] if previous else None,
+                                     packer=self._packer)
+                resp_blob = (blobs.put(db, resp_body, packer=self._packer)
+                             if resp is not None else None)
             db.execute(
                 "INSERT INTO exchanges (seq, connection_id, origin, started_at_ns, method,"
                 " target, http_version, request_headers, request_body, status, reason,"
@@ -459,21 +500,73 @@ class RunFile:
                 ),
             )
             if resp is not None:
-                starts = [0]
-                for frame in resp.frames:
-                    starts.append(starts[-1] + len(frame.data))
+                rows = []
+                start = 0
+                for idx, frame in enumerate(resp.frames):
+                    rows.append((exchange.seq, idx, frame.offset_ns, start, len(frame.data)))
+                    start += len(frame.data)
                 db.executemany(
                     "INSERT INTO frames (seq, idx, offset_ns, start, length)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    [(exchange.seq, idx, frame.offset_ns, starts[idx], len(frame.data))
-                     for idx, frame in enumerate(resp.frames)],
+                    " VALUES (?, ?, ?, ?, ?)", rows)
+            if redactions:
+                db.executemany(
+                    "INSERT INTO redactions (seq, location, name, fingerprint)"
+                    " VALUES (?,?,?,?)",
+                    [(exchange.seq, r.location, r.name, r.fingerprint) for r in redactions],
                 )
-            db.executemany(
-                "INSERT INTO redactions (seq, location, name, fingerprint) VALUES (?,?,?,?)",
-                [(exchange.seq, r.location, r.name, r.fingerprint) for r in redactions],
-            )
         # Only a committed body is a dictionary for the next one.
-        self._last_request_blob = req_blob
+        self._last_request = (req_blob, req.body)
+        if compress_later:
+            self._compress_later(later, self._last_request)
+
+    def _compress_later(self, bodies: list[tuple[str, bytes, blobs.Reference | None]],
+                        request: tuple[str, bytes]) -> None:
+        """Queue the compression of raw-stored bodies (hash, bytes, the
+        body to compress against) on the background thread, in order;
+        then the dictionary of ``request`` (hash, bytes), the next
+        request body's reference."""
+        with self._lock:
+            if self._background is None:
+                self._background = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="wiretape-compress")
+            self._queued = self._background.submit(self._compress, bodies, request)
+
+    def _compress(self, bodies: list[tuple[str, bytes, blobs.Reference | None]],
+                  request: tuple[str, bytes]) -> None:
+        """On the background thread: compress (holding no lock), then swap
+        each raw body for its compressed form in one short transaction.
+        Bodies are queued in commit order, so a body's dictionary was
+        compressed before it: the depth read here is final. A failure
+        leaves the body raw: the file stays correct, only bigger; a write
+        that fails for good shows in the next commit."""
+        try:
+            packed = []
+            for digest, data, ref in bodies:
+                if ref is not None:
+                    with self._lock:
+                        depth = blobs.ref_depth(self._db, ref.digest)
+                    ref = (blobs.Reference(ref.digest, ref.data, depth)
+                           if depth is not None else None)
+                packed.append((digest, len(data), self._background_packer.pack(data, ref)))
+            if packed:
+                with self._write() as db:
+                    for digest, size, result in packed:
+                        blobs.recompress(db, digest, size, result)
+            # The next request body is compressed against this one: its
+            # dictionary is made ready now, while nothing waits.
+            self._background_packer.prepare(*request)
+        except Exception as exc:  # whatever it was, the bodies stay raw (and correct)
+            self.background_failures.append(f"{type(exc).__name__}: {exc}")
+
+    def settle(self) -> None:
+        """Wait until every body queued by ``write_exchange(...,
+        compress_later=True)`` is compressed (or left raw, its compression
+        having failed: ``background_failures``). Blocks: not for the event
+        loop."""
+        with self._lock:
+            queued = self._queued
+        if queued is not None:
+            concurrent.futures.wait([queued])
 
     @_damage_is_an_input_error
     def exchange_count(self) -> int:
