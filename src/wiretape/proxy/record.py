@@ -187,9 +187,13 @@ class Recorder:
                 await self._store_now(Exchange(seq, connection_id, origin, wall, request,
                                                response, ending, ttfb,
                                                time.monotonic_ns() - t0, error), prepared)
-                with contextlib.suppress(ClientGone):
-                    await conn.send_data(held)
-                    await conn.end()
+                try:
+                    with contextlib.suppress(ClientGone):
+                        await conn.send_data(held)
+                        await conn.end()
+                finally:
+                    # Its bodies, committed raw, are compressed from now on.
+                    self._run.start_compressing()
                 return
             await conn.abort()
         duration = time.monotonic_ns() - t0
@@ -260,6 +264,8 @@ class Recorder:
                 self.write_failure = RunFileWriteError(self._run.path, write_failure_reason(exc))
                 self.stats.not_saved += 1
                 return
+        if exchange.ending is not Ending.COMPLETE:  # (else once its end is sent)
+            self._run.start_compressing()
         request, response = stored.request, stored.response
         self.stats.exchanges += 1
         self.stats.body_bytes += len(request.body) + (

@@ -63,6 +63,9 @@ from wiretape.store.locate import replay_log_path
 from wiretape.store.replaylog import LogError, ReplayLog, replay_record, request_row
 
 _ENDINGS = tuple(e.value for e in Ending)
+#: Body bytes committed raw after which the background thread checkpoints
+#: the WAL (SQLite's own default is 1000 pages: about 4 MiB).
+_FOLD_BYTES = 4 << 20
 _KINDS = ("file", "dir", "symlink")
 _CHANGES = ("added", "modified", "deleted")
 
@@ -184,6 +187,18 @@ class RunFile:
         #: the last thing queued on it
         self._background: concurrent.futures.ThreadPoolExecutor | None = None
         self._queued: concurrent.futures.Future[None] | None = None
+        #: bodies committed raw, not yet handed to it (``start_compressing``):
+        #: per exchange, (hash, bytes, reference) of each, and its request
+        self._deferred: list[tuple[list[tuple[str, bytes, blobs.Reference | None]],
+                                   tuple[str, bytes]]] = []
+        #: guards the three above: held only to hand work over, never by a write
+        self._deferred_lock = threading.Lock()
+        self._closing = False
+        self._checkpoints_deferred = False
+        #: the background thread's own connection, for checkpoints (``_fold``),
+        #: and the body bytes committed since its last one
+        self._folder: sqlite3.Connection | None = None
+        self._unfolded = 0
         #: why a background compression failed (its bodies stay raw)
         self.background_failures: list[str] = []
         self._log: ReplayLog | None = None
@@ -213,6 +228,9 @@ class RunFile:
             os.close(fd)
             db = connect_write(partial)
             try:
+                # Pages a body left when it was compressed after its commit
+                # are given back when the file is closed (``close``).
+                db.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 with transaction(db):
                     schema.create(db)
                     _write_meta(db, _info_meta(info))
@@ -310,11 +328,18 @@ class RunFile:
         so the file stands alone. Waits first for the bodies still being
         compressed (:meth:`settle`)."""
         self.settle()
+        with self._deferred_lock:
+            self._closing = True
         if self._background is not None:
             self._background.shutdown(wait=True)
+        if self._folder is not None:
+            self._folder.close()
         with self._lock:
             if compact and self._writable:
                 try:
+                    # The free pages (raw bodies since compressed) go first
+                    # (a script: each step of this pragma frees one page).
+                    self._db.executescript("PRAGMA incremental_vacuum;")
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                     self._db.execute("PRAGMA journal_mode = DELETE")
                 except sqlite3.Error:
@@ -446,9 +471,10 @@ class RunFile:
 
         ``compress_later``: the bodies this stores are committed raw (the
         cheapest write, for a commit something waits for) and compressed
-        afterwards on this file's background thread, one transaction each,
-        under the same hashes (:meth:`settle` waits for that; :meth:`close`
-        does). A process killed before leaves a correct, bigger file.
+        afterwards on this file's background thread (from
+        :meth:`start_compressing` on), one transaction each, under the same
+        hashes (:meth:`settle` waits for that; :meth:`close` does). A
+        process killed before leaves a correct, bigger file.
         ``request_digest``: the sha256 hex of the request's body, when the
         caller has it. Raises RunFileWriteError.
         """
@@ -456,6 +482,11 @@ class RunFile:
         resp_body = b"".join([f.data for f in resp.frames]) if resp is not None else b""
         previous = self._last_request
         later: list[tuple[str, bytes, blobs.Reference | None]] = []
+        if compress_later and not self._checkpoints_deferred:
+            # Checkpoints are the background thread's from now on (``_fold``).
+            with self._lock:
+                self._db.execute("PRAGMA wal_autocheckpoint = 0")
+                self._checkpoints_deferred = True
         with self._write() as db:
             if compress_later:
                 req_blob = request_digest or blobs.blob_hash(req.body)
@@ -517,19 +548,28 @@ class RunFile:
         # Only a committed body is a dictionary for the next one.
         self._last_request = (req_blob, req.body)
         if compress_later:
-            self._compress_later(later, self._last_request)
+            with self._deferred_lock:
+                self._deferred.append((later, self._last_request))
 
-    def _compress_later(self, bodies: list[tuple[str, bytes, blobs.Reference | None]],
-                        request: tuple[str, bytes]) -> None:
-        """Queue the compression of raw-stored bodies (hash, bytes, the
-        body to compress against) on the background thread, in order;
-        then the dictionary of ``request`` (hash, bytes), the next
-        request body's reference."""
-        with self._lock:
+    def start_compressing(self) -> None:
+        """Start compressing, on the background thread, the bodies the
+        writes with ``compress_later`` committed raw so far, in the order
+        they were committed. Cheap and never waits for a write: called on
+        the event loop once the exchange's end is sent (the compression
+        does not compete with that). ``settle`` and ``close`` start it too."""
+        with self._deferred_lock:
+            jobs, self._deferred = self._deferred, []
+            if not jobs or self._closing:
+                return
             if self._background is None:
                 self._background = concurrent.futures.ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="wiretape-compress")
-            self._queued = self._background.submit(self._compress, bodies, request)
+            self._queued = self._background.submit(self._compress_all, jobs)
+
+    def _compress_all(self, jobs: list[tuple[list[tuple[str, bytes, blobs.Reference | None]],
+                                             tuple[str, bytes]]]) -> None:
+        for bodies, request in jobs:
+            self._compress(bodies, request)
 
     def _compress(self, bodies: list[tuple[str, bytes, blobs.Reference | None]],
                   request: tuple[str, bytes]) -> None:
@@ -555,15 +595,29 @@ class RunFile:
             # The next request body is compressed against this one: its
             # dictionary is made ready now, while nothing waits.
             self._background_packer.prepare(*request)
+            self._unfolded += sum(len(data) for _, data, _ in bodies)
+            if self._unfolded >= _FOLD_BYTES:
+                self._fold()
         except Exception as exc:  # whatever it was, the bodies stay raw (and correct)
             self.background_failures.append(f"{type(exc).__name__}: {exc}")
+
+    def _fold(self) -> None:
+        """On the background thread: copy the WAL's pages back into the
+        file (a checkpoint), from a connection of its own, waiting for no
+        one (``PASSIVE``): the writer's commits never do it (raw bodies
+        fill the WAL fast), so the end of a response never waits for it."""
+        if self._folder is None:
+            self._folder = connect_write(self.path)
+        self._folder.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        self._unfolded = 0
 
     def settle(self) -> None:
         """Wait until every body queued by ``write_exchange(...,
         compress_later=True)`` is compressed (or left raw, its compression
         having failed: ``background_failures``). Blocks: not for the event
         loop."""
-        with self._lock:
+        self.start_compressing()
+        with self._deferred_lock:
             queued = self._queued
         if queued is not None:
             concurrent.futures.wait([queued])
