@@ -266,3 +266,36 @@ async def test_the_connect_report_is_written_off_the_loop_while_a_store_holds_th
     assert saved is not None and saved["intercepted"] == {"api.openai.com": 2}
     assert "zzzz" not in saved["rejected"]["api.openai.com"]
     run.close()
+
+
+def test_a_request_packed_ahead_is_committed_compressed_when_its_dictionary_holds(
+        tmp_path: Path) -> None:
+    path = tmp_path / "r.wtape"
+    system = os.urandom(20_000).hex().encode()  # what each turn resends: far more than it adds
+    bodies = [system + body for body in conversation(3)]
+    run = RunFile.create(path, INFO)
+    assert run.pack_request(bodies[0], sha(bodies[0])) is None  # nothing to compress against
+    run.write_exchange(exchange(0, bodies[0]), compress_later=True)
+    run.settle()  # compressed, and its dictionary made ready for the next body
+    packed = run.pack_request(bodies[1], sha(bodies[1]))
+    assert packed is not None and (packed.ref, packed.depth) == (sha(bodies[0]), 1)
+    run.write_exchange(exchange(1, bodies[1]), compress_later=True, request_packed=packed)
+    # Stored compressed by the commit itself (nothing was handed to the
+    # background thread yet).
+    assert stored_blobs(path)[sha(bodies[1])][:3] == ("zstd-ref", sha(bodies[0]), 1)
+    run.settle()
+
+    # A dictionary no longer as it was packed against: the body goes raw,
+    # then is compressed afterwards; either way it reads back the same.
+    packed = run.pack_request(bodies[2], sha(bodies[2]))
+    assert packed is not None and packed.ref == sha(bodies[1])
+    with run._write() as db:
+        db.execute("UPDATE blobs SET depth = 9 WHERE hash = ?", (sha(bodies[1]),))
+    run.write_exchange(exchange(2, bodies[2]), compress_later=True, request_packed=packed)
+    assert stored_blobs(path)[sha(bodies[2])][0] == "raw"
+    assert run.exchanges()[2].request.body == bodies[2]
+    run.settle()
+    assert stored_blobs(path)[sha(bodies[2])][:3] == ("zstd-ref", sha(bodies[1]), 10)
+    run.close(compact=True)
+    with open_run(path) as again:
+        assert [e.request.body for e in again.exchanges()] == bodies

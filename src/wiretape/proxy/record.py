@@ -36,13 +36,14 @@ from wiretape.redaction import (
     redact_response,
     redact_str,
 )
-from wiretape.store.blobs import blob_hash
+from wiretape.store.blobs import Packed, blob_hash
 from wiretape.store.runfile import RunFile
 
 #: A request as it is stored (redacted), the facts of what was redacted,
-#: and the sha256 hex of its body: made on a worker thread as soon as the
+#: the sha256 hex of its body and that body compressed when it could be
+#: (``RunFile.pack_request``): made on a worker thread as soon as the
 #: request is received, while it is forwarded.
-Prepared = tuple[Request, list[Redaction], str]
+Prepared = tuple[Request, list[Redaction], str, Packed | None]
 
 
 @dataclass
@@ -229,17 +230,19 @@ class Recorder:
         await asyncio.shield(self._schedule_store(exchange, prepared))
 
     def _prepare(self, request: Request) -> Prepared:
-        """The request as stored: redacted (CPU work), and its body's hash.
-        On a worker thread, as soon as the request is received."""
+        """The request as stored: redacted (CPU work), its body's hash, and
+        that body compressed against the previous one when its dictionary
+        is ready. On a worker thread, as soon as the request is received."""
         stored, facts = redact_request(request, self._rules)
-        return stored, facts, blob_hash(stored.body)
+        digest = blob_hash(stored.body)
+        return stored, facts, digest, self._run.pack_request(stored.body, digest)
 
     def _redact_and_write(self, exchange: Exchange, prepared: Prepared) -> Exchange:
         """Redact the response (CPU work: a coded body is undone and done
         again) and commit with the prepared request, on a worker thread:
         never on the event loop. The bodies are committed raw and compressed
         afterwards by the run file's own thread (``RunFile.settle``)."""
-        request, facts, digest = prepared
+        request, facts, digest, packed = prepared
         response = exchange.response
         if response is not None:
             response, more = redact_response(response, self._rules)
@@ -248,7 +251,8 @@ class Recorder:
         if error is not None:
             error = redact_str(error, "error", self._rules, Facts(facts))
         stored = replace(exchange, request=request, response=response, error=error)
-        self._run.write_exchange(stored, facts, compress_later=True, request_digest=digest)
+        self._run.write_exchange(stored, facts, compress_later=True, request_digest=digest,
+                                 request_packed=packed)
         return stored
 
     async def _store(self, exchange: Exchange, prepared: asyncio.Future[Prepared]) -> None:

@@ -109,6 +109,33 @@ def recompress(db: sqlite3.Connection, digest: str, size: int,
 
 
 @dataclass(frozen=True)
+class Packed:
+    """A body as it will be stored: its hash and size, codec, reference
+    (hash, or None), depth and payload (:meth:`Packer.pack_ahead`)."""
+
+    digest: str
+    size: int
+    codec: str
+    ref: str | None
+    depth: int
+    payload: bytes
+
+
+def put_packed(db: sqlite3.Connection, packed: Packed) -> bool:
+    """Store a body packed ahead of its transaction (if no blob has its hash
+    yet); False, storing nothing, when the dictionary it names is not
+    stored at the depth it was packed against (the caller then stores it
+    otherwise). The caller owns the transaction."""
+    if packed.ref is not None and ref_depth(db, packed.ref) != packed.depth - 1:
+        return False
+    db.execute(
+        "INSERT OR IGNORE INTO blobs (hash, size, codec, ref, depth, data)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (packed.digest, packed.size, packed.codec, packed.ref, packed.depth, packed.payload))
+    return True
+
+
+@dataclass(frozen=True)
 class Reference:
     """A stored body to compress another against: its hash, its bytes and
     the depth of its own dictionary chain."""
@@ -129,7 +156,9 @@ class Packer:
         self._level = level
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._prepared: tuple[str, zstandard.ZstdCompressionDict] | None = None
+        #: the body last given to :meth:`prepare`: its hash, its dictionary
+        #: made ready, and the depth of its chain as stored
+        self._prepared: tuple[str, zstandard.ZstdCompressionDict, int] | None = None
 
     def _plain(self) -> zstandard.ZstdCompressor:
         compressor: zstandard.ZstdCompressor | None = getattr(self._local, "plain", None)
@@ -144,16 +173,34 @@ class Packer:
             return prepared[1]
         return zstandard.ZstdCompressionDict(ref.data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
-    def prepare(self, digest: str, data: bytes) -> None:
-        """Make the dictionary of ``data`` (stored under ``digest``) ready
-        for the next :meth:`pack` against it (CPU work, about the cost of
-        compressing ``data`` once: done off the path that waits)."""
-        if len(data) < MIN_COMPRESS:
+    def prepare(self, digest: str, data: bytes, depth: int) -> None:
+        """Make the dictionary of ``data`` (stored under ``digest``, with a
+        chain of ``depth`` behind it) ready for the next body compressed
+        against it (:meth:`pack`, :meth:`pack_ahead`). CPU work, about the
+        cost of compressing ``data`` once: done off the path that waits."""
+        if len(data) < MIN_COMPRESS or depth >= MAX_REF_DEPTH:
+            with self._lock:
+                self._prepared = None
             return
         dictionary = zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         dictionary.precompute_compress(level=self._level)
         with self._lock:
-            self._prepared = (digest, dictionary)
+            self._prepared = (digest, dictionary, depth)
+
+    def pack_ahead(self, data: bytes, digest: str) -> Packed | None:
+        """``data`` (whose hash is ``digest``) compressed against the body
+        last prepared (:meth:`prepare`), when that makes it far smaller:
+        cheap, as that dictionary is ready. None when there is none, or
+        it does not help."""
+        with self._lock:
+            prepared = self._prepared
+        if prepared is None or len(data) < MIN_COMPRESS:
+            return None
+        ref, dictionary, depth = prepared
+        delta = zstandard.ZstdCompressor(level=self._level, dict_data=dictionary).compress(data)
+        if len(delta) * _SURELY_SMALLER > len(data):
+            return None
+        return Packed(digest, len(data), "zstd-ref", ref, depth + 1, delta)
 
     def pack(self, data: bytes, ref: Reference | None = None,
              ) -> tuple[str, str | None, int, bytes]:

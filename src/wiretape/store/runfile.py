@@ -463,8 +463,21 @@ class RunFile:
 
     # -- exchanges ---------------------------------------------------------
 
+    def pack_request(self, body: bytes, digest: str) -> blobs.Packed | None:
+        """A request body (whose sha256 hex is ``digest``) compressed ahead
+        of its commit against the last request body whose dictionary the
+        background thread made ready (a growing conversation: about its new
+        bytes, in well under a millisecond), for ``write_exchange(...,
+        request_packed=)``; None when that does not help. Takes no lock a
+        write holds: for a worker thread, as soon as the request is in."""
+        try:
+            return self._background_packer.pack_ahead(body, digest)
+        except (zstandard.ZstdError, MemoryError):
+            return None
+
     def write_exchange(self, exchange: Exchange, redactions: Sequence[Redaction] = (), *,
-                       compress_later: bool = False, request_digest: str | None = None) -> None:
+                       compress_later: bool = False, request_digest: str | None = None,
+                       request_packed: blobs.Packed | None = None) -> None:
         """Commit one ended exchange, already redacted, in one transaction:
         its bodies, its row, its frames and its redactions are all in the
         file, or (the write failed) none of them.
@@ -476,7 +489,9 @@ class RunFile:
         hashes (:meth:`settle` waits for that; :meth:`close` does). A
         process killed before leaves a correct, bigger file.
         ``request_digest``: the sha256 hex of the request's body, when the
-        caller has it. Raises RunFileWriteError.
+        caller has it; ``request_packed``: that body as :meth:`pack_request`
+        made it (stored so when its dictionary is as it was, else raw).
+        Raises RunFileWriteError.
         """
         req, resp = exchange.request, exchange.response
         resp_body = b"".join([f.data for f in resp.frames]) if resp is not None else b""
@@ -490,7 +505,12 @@ class RunFile:
         with self._write() as db:
             if compress_later:
                 req_blob = request_digest or blobs.blob_hash(req.body)
-                if blobs.put_raw(db, req.body, req_blob) and len(req.body) >= blobs.MIN_COMPRESS:
+                if (request_packed is not None and request_packed.digest == req_blob
+                        and request_packed.size == len(req.body)
+                        and blobs.put_packed(db, request_packed)):
+                    pass  # stored as it will stay
+                elif (blobs.put_raw(db, req.body, req_blob)
+                      and len(req.body) >= blobs.MIN_COMPRESS):
                     ref = (blobs.Reference(previous[0], previous[1], 0)
                            if previous is not None else None)
                     later.append((req_blob, req.body, ref))
@@ -594,7 +614,10 @@ class RunFile:
                         blobs.recompress(db, digest, size, result)
             # The next request body is compressed against this one: its
             # dictionary is made ready now, while nothing waits.
-            self._background_packer.prepare(*request)
+            with self._lock:
+                depth = blobs.ref_depth(self._db, request[0])
+            self._background_packer.prepare(request[0], request[1],
+                                            blobs.MAX_REF_DEPTH if depth is None else depth)
             self._unfolded += sum(len(data) for _, data, _ in bodies)
             if self._unfolded >= _FOLD_BYTES:
                 self._fold()
