@@ -299,3 +299,26 @@ def test_a_request_packed_ahead_is_committed_compressed_when_its_dictionary_hold
     run.close(compact=True)
     with open_run(path) as again:
         assert [e.request.body for e in again.exchanges()] == bodies
+
+
+def test_the_wal_is_folded_back_by_the_background_thread_not_by_a_commit(
+        tmp_path: Path) -> None:
+    path = tmp_path / "r.wtape"
+    run = RunFile.create(path, INFO)
+    answer = os.urandom(1 << 20)
+    for i in range(6):
+        ex = exchange(i, b"{}")
+        assert ex.response is not None
+        big = Response(200, b"OK", (), (Frame(1, answer[:-i - 1]),))
+        run.write_exchange(Exchange(i, 1, "openai", 1, ex.request, big, Ending.COMPLETE, 1, 2),
+                           compress_later=True)
+    # A commit never checkpoints: everything is still in the WAL ...
+    assert run.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    assert path.stat().st_size < 1 << 20 < Path(f"{path}-wal").stat().st_size
+    run.settle()
+    # ... until the background thread folded it into the file.
+    assert path.stat().st_size > 4 << 20
+    run.close(compact=True)
+    with open_run(path) as again:
+        assert [len(e.response.body) for e in again.exchanges() if e.response] == [
+            len(answer) - i - 1 for i in range(6)]

@@ -63,9 +63,11 @@ from wiretape.store.locate import replay_log_path
 from wiretape.store.replaylog import LogError, ReplayLog, replay_record, request_row
 
 _ENDINGS = tuple(e.value for e in Ending)
-#: Body bytes committed raw after which the background thread checkpoints
+#: Bytes committed (about) after which the background thread checkpoints
 #: the WAL (SQLite's own default is 1000 pages: about 4 MiB).
 _FOLD_BYTES = 4 << 20
+#: What an exchange's rows add besides its bodies (about).
+_ROW_BYTES = 2048
 _KINDS = ("file", "dir", "symlink")
 _CHANGES = ("added", "modified", "deleted")
 
@@ -168,7 +170,9 @@ class RunFile:
     Use ``RunFile.create(path, info)`` to start a recording and
     ``open_run(path)`` for everything else: it opens the file read-only.
     All methods are safe to call from one thread at a time (a lock
-    serialises them).
+    serialises them). A file being recorded has a thread of its own that
+    compresses what was committed raw (``write_exchange``) and checkpoints
+    the WAL; ``close`` waits for it.
     """
 
     def __init__(self, path: Path, db: sqlite3.Connection, *, writable: bool,
@@ -196,7 +200,7 @@ class RunFile:
         self._closing = False
         self._checkpoints_deferred = False
         #: the background thread's own connection, for checkpoints (``_fold``),
-        #: and the body bytes committed since its last one
+        #: and the bytes committed since its last one (guarded by _deferred_lock)
         self._folder: sqlite3.Connection | None = None
         self._unfolded = 0
         #: why a background compression failed (its bodies stay raw)
@@ -497,6 +501,7 @@ class RunFile:
         resp_body = b"".join([f.data for f in resp.frames]) if resp is not None else b""
         previous = self._last_request
         later: list[tuple[str, bytes, blobs.Reference | None]] = []
+        written = len(req.body)  # about what the commit adds to the WAL, its rows aside
         if compress_later and not self._checkpoints_deferred:
             # Checkpoints are the background thread's from now on (``_fold``).
             with self._lock:
@@ -508,7 +513,7 @@ class RunFile:
                 if (request_packed is not None and request_packed.digest == req_blob
                         and request_packed.size == len(req.body)
                         and blobs.put_packed(db, request_packed)):
-                    pass  # stored as it will stay
+                    written = len(request_packed.payload)  # stored as it will stay
                 elif (blobs.put_raw(db, req.body, req_blob)
                       and len(req.body) >= blobs.MIN_COMPRESS):
                     ref = (blobs.Reference(previous[0], previous[1], 0)
@@ -570,6 +575,7 @@ class RunFile:
         if compress_later:
             with self._deferred_lock:
                 self._deferred.append((later, self._last_request))
+                self._unfolded += written + len(resp_body) + _ROW_BYTES
 
     def start_compressing(self) -> None:
         """Start compressing, on the background thread, the bodies the
@@ -618,8 +624,10 @@ class RunFile:
                 depth = blobs.ref_depth(self._db, request[0])
             self._background_packer.prepare(request[0], request[1],
                                             blobs.MAX_REF_DEPTH if depth is None else depth)
-            self._unfolded += sum(len(data) for _, data, _ in bodies)
-            if self._unfolded >= _FOLD_BYTES:
+            with self._deferred_lock:
+                fold, self._unfolded = self._unfolded >= _FOLD_BYTES, (
+                    0 if self._unfolded >= _FOLD_BYTES else self._unfolded)
+            if fold:
                 self._fold()
         except Exception as exc:  # whatever it was, the bodies stay raw (and correct)
             self.background_failures.append(f"{type(exc).__name__}: {exc}")
@@ -632,7 +640,6 @@ class RunFile:
         if self._folder is None:
             self._folder = connect_write(self.path)
         self._folder.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        self._unfolded = 0
 
     def settle(self) -> None:
         """Wait until every body queued by ``write_exchange(...,
