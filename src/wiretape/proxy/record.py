@@ -1,6 +1,12 @@
 """Recording: forward each request to its origin, relay every frame to the
 client as it arrives, and store the exchange (redacted) when it ends.
 
+The request is redacted, hashed and compressed on a worker thread while it
+is forwarded; when the response ends, what the agent waits for is only the
+response's redaction and the exchange's one transaction (a body not
+compressed yet goes in raw, and is compressed by the run file's own thread
+once the end is sent).
+
 Owns the per-exchange bookkeeping (sequence numbers, timing, how it ended).
 Knows nothing of the CLI or of replay.
 
@@ -100,8 +106,8 @@ class Recorder:
             return
         seq = next(self._seq)
         wall, t0 = time.time_ns(), time.monotonic_ns()
-        # Redacted and hashed on a worker thread while it is forwarded: the
-        # commit at the end only awaits it.
+        # Redacted, hashed and compressed on a worker thread while it is
+        # forwarded: the commit at the end only awaits it.
         prepared = asyncio.get_running_loop().run_in_executor(None, self._prepare, request)
         prepared.add_done_callback(_retrieve)
         frames: list[Frame] = []
@@ -193,7 +199,8 @@ class Recorder:
                         await conn.send_data(held)
                         await conn.end()
                 finally:
-                    # Its bodies, committed raw, are compressed from now on.
+                    # What it committed raw is compressed from now on, not
+                    # competing with the end's way out.
                     self._run.start_compressing()
                 return
             await conn.abort()
@@ -240,8 +247,9 @@ class Recorder:
     def _redact_and_write(self, exchange: Exchange, prepared: Prepared) -> Exchange:
         """Redact the response (CPU work: a coded body is undone and done
         again) and commit with the prepared request, on a worker thread:
-        never on the event loop. The bodies are committed raw and compressed
-        afterwards by the run file's own thread (``RunFile.settle``)."""
+        never on the event loop. A body not compressed yet is committed raw
+        and compressed afterwards by the run file's own thread
+        (``RunFile.start_compressing``)."""
         request, facts, digest, packed = prepared
         response = exchange.response
         if response is not None:
