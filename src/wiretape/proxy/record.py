@@ -50,6 +50,9 @@ from wiretape.store.runfile import RunFile
 #: (``RunFile.pack_request``): made on a worker thread as soon as the
 #: request is received, while it is forwarded.
 Prepared = tuple[Request, list[Redaction], str, Packed | None]
+#: Request bodies from this size (bytes) on are prepared on a thread of
+#: their own as soon as they are received; smaller ones by the commit's.
+PREPARE_AHEAD = 16 * 1024
 
 
 @dataclass
@@ -107,9 +110,12 @@ class Recorder:
         seq = next(self._seq)
         wall, t0 = time.time_ns(), time.monotonic_ns()
         # Redacted, hashed and compressed on a worker thread while it is
-        # forwarded: the commit at the end only awaits it.
-        prepared = asyncio.get_running_loop().run_in_executor(None, self._prepare, request)
-        prepared.add_done_callback(_retrieve)
+        # forwarded: the commit at the end only awaits it. (A small one is
+        # done by the commit's own thread: cheaper than a thread of its own.)
+        prepared: asyncio.Future[Prepared] | None = None
+        if len(request.body) >= PREPARE_AHEAD:
+            prepared = asyncio.get_running_loop().run_in_executor(None, self._prepare, request)
+            prepared.add_done_callback(_retrieve)
         frames: list[Frame] = []
         response: Response | None = None
         ending, error, ttfb = Ending.COMPLETE, None, None
@@ -222,7 +228,7 @@ class Recorder:
             await conn.end()
 
     def _schedule_store(self, exchange: Exchange,
-                        prepared: asyncio.Future[Prepared]) -> asyncio.Task[None]:
+                        prepared: asyncio.Future[Prepared] | None) -> asyncio.Task[None]:
         """Store off the client's path: the next request on this connection
         need not wait for the commit."""
         task = asyncio.create_task(self._store(exchange, prepared),
@@ -231,7 +237,8 @@ class Recorder:
         task.add_done_callback(self._pending.discard)
         return task
 
-    async def _store_now(self, exchange: Exchange, prepared: asyncio.Future[Prepared]) -> None:
+    async def _store_now(self, exchange: Exchange,
+                         prepared: asyncio.Future[Prepared] | None) -> None:
         """Store and wait for the commit (the store goes on, and ``aclose``
         waits for it, if this task is cancelled meanwhile)."""
         await asyncio.shield(self._schedule_store(exchange, prepared))
@@ -244,13 +251,13 @@ class Recorder:
         digest = blob_hash(stored.body)
         return stored, facts, digest, self._run.pack_request(stored.body, digest)
 
-    def _redact_and_write(self, exchange: Exchange, prepared: Prepared) -> Exchange:
+    def _redact_and_write(self, exchange: Exchange, prepared: Prepared | None) -> Exchange:
         """Redact the response (CPU work: a coded body is undone and done
         again) and commit with the prepared request, on a worker thread:
         never on the event loop. A body not compressed yet is committed raw
         and compressed afterwards by the run file's own thread
         (``RunFile.start_compressing``)."""
-        request, facts, digest, packed = prepared
+        request, facts, digest, packed = prepared or self._prepare(exchange.request)
         response = exchange.response
         if response is not None:
             response, more = redact_response(response, self._rules)
@@ -263,15 +270,17 @@ class Recorder:
                                  request_packed=packed)
         return stored
 
-    async def _store(self, exchange: Exchange, prepared: asyncio.Future[Prepared]) -> None:
+    async def _store(self, exchange: Exchange,
+                     prepared: asyncio.Future[Prepared] | None) -> None:
         # One commit at a time, in the order the exchanges ended.
         async with self._write_lock:
             if self.write_failure is not None:
                 self.stats.not_saved += 1
                 return
             try:
-                stored = await asyncio.to_thread(self._redact_and_write, exchange,
-                                                 await prepared)
+                stored = await asyncio.to_thread(
+                    self._redact_and_write, exchange,
+                    await prepared if prepared is not None else None)
             except Exception as exc:  # whatever it was, the exchange is not on disk
                 self.write_failure = RunFileWriteError(self._run.path, write_failure_reason(exc))
                 self.stats.not_saved += 1

@@ -68,6 +68,9 @@ _ENDINGS = tuple(e.value for e in Ending)
 _FOLD_BYTES = 4 << 20
 #: What an exchange's rows add besides its bodies (about).
 _ROW_BYTES = 2048
+#: Response bodies below this size (bytes) are compressed by the commit
+#: itself even when the rest is compressed later (``write_exchange``).
+_COMPRESS_NOW = 16 * 1024
 _KINDS = ("file", "dir", "symlink")
 _CHANGES = ("added", "modified", "deleted")
 
@@ -487,7 +490,8 @@ class RunFile:
         file, or (the write failed) none of them.
 
         ``compress_later``: the bodies this stores are committed raw (the
-        cheapest write, for a commit something waits for) and compressed
+        cheapest write, for a commit something waits for; a response under
+        16 KiB is compressed at once, as cheap) and compressed
         afterwards on this file's background thread (from
         :meth:`start_compressing` on), one transaction each, under the same
         hashes (:meth:`settle` waits for that; :meth:`close` does). A
@@ -519,10 +523,14 @@ class RunFile:
                     ref = (blobs.Reference(previous[0], previous[1], 0)
                            if previous is not None else None)
                     later.append((req_blob, req.body, ref))
-                resp_blob = blobs.blob_hash(resp_body) if resp is not None else None
-                if (resp_blob is not None and blobs.put_raw(db, resp_body, resp_blob)
-                        and len(resp_body) >= blobs.MIN_COMPRESS):
-                    later.append((resp_blob, resp_body, None))
+                resp_blob = None
+                if resp is not None and len(resp_body) < _COMPRESS_NOW:
+                    # small: compressed at once costs less than a later transaction
+                    resp_blob = blobs.put(db, resp_body, packer=self._background_packer)
+                elif resp is not None:
+                    resp_blob = blobs.blob_hash(resp_body)
+                    if blobs.put_raw(db, resp_body, resp_blob):
+                        later.append((resp_blob, resp_body, None))
             else:
                 req_blob = blobs.put(db, req.body, ref=previous[0] if previous else None,
                                      ref_data=previous[1] if previous else None,
