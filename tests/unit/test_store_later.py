@@ -40,8 +40,9 @@ INFO = RunInfo(run_id="run_0123456789ab", wiretape_version="t", argv=(), cwd="/x
 
 
 def conversation(turns: int) -> list[bytes]:
-    """Request bodies of a conversation resent whole each turn."""
-    messages: list[dict[str, str]] = []
+    """Request bodies of a conversation resent whole each turn (over 16 KiB:
+    smaller ones are compressed by the commit itself)."""
+    messages = [{"role": "system", "content": os.urandom(9_000).hex()}]
     out = []
     for turn in range(turns):
         messages.append({"role": "user", "content": f"turn {turn}: " + os.urandom(600).hex()})
@@ -323,3 +324,17 @@ def test_the_wal_is_folded_back_by_the_background_thread_not_by_a_commit(
     with open_run(path) as again:
         assert [len(e.response.body) for e in again.exchanges() if e.response] == [
             len(answer) - i - 1 for i in range(6)]
+
+
+def test_small_bodies_are_compressed_by_the_commit_itself(tmp_path: Path) -> None:
+    path = tmp_path / "r.wtape"
+    run = RunFile.create(path, INFO)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi " * 300}]})
+    ex = exchange(0, body.encode())
+    run.write_exchange(ex, compress_later=True)
+    kept = stored_blobs(path)  # nothing handed to the background thread yet
+    assert ex.response is not None
+    assert kept[sha(ex.request.body)][0] == kept[sha(ex.response.body)][0] == "zstd"
+    assert kept[sha(ex.request.body)][3] < len(body) / 4
+    assert run.exchanges() == [ex]
+    run.close()

@@ -68,8 +68,9 @@ _ENDINGS = tuple(e.value for e in Ending)
 _FOLD_BYTES = 4 << 20
 #: What an exchange's rows add besides its bodies (about).
 _ROW_BYTES = 2048
-#: Response bodies below this size (bytes) are compressed by the commit
-#: itself even when the rest is compressed later (``write_exchange``).
+#: Bodies below this size (bytes) are compressed by the commit itself even
+#: when the rest is compressed later (``write_exchange``): that costs less
+#: than a later transaction. A request this small is compressed on its own.
 _COMPRESS_NOW = 16 * 1024
 _KINDS = ("file", "dir", "symlink")
 _CHANGES = ("added", "modified", "deleted")
@@ -490,7 +491,7 @@ class RunFile:
         file, or (the write failed) none of them.
 
         ``compress_later``: the bodies this stores are committed raw (the
-        cheapest write, for a commit something waits for; a response under
+        cheapest write, for a commit something waits for; a body under
         16 KiB is compressed at once, as cheap) and compressed
         afterwards on this file's background thread (from
         :meth:`start_compressing` on), one transaction each, under the same
@@ -518,6 +519,8 @@ class RunFile:
                         and request_packed.size == len(req.body)
                         and blobs.put_packed(db, request_packed)):
                     written = len(request_packed.payload)  # stored as it will stay
+                elif len(req.body) < _COMPRESS_NOW:  # (on its own: no dictionary to wait for)
+                    req_blob = blobs.put(db, req.body, packer=self._background_packer)
                 elif (blobs.put_raw(db, req.body, req_blob)
                       and len(req.body) >= blobs.MIN_COMPRESS):
                     ref = (blobs.Reference(previous[0], previous[1], 0)
@@ -582,7 +585,8 @@ class RunFile:
         self._last_request = (req_blob, req.body)
         if compress_later:
             with self._deferred_lock:
-                self._deferred.append((later, self._last_request))
+                if later or len(req.body) >= _COMPRESS_NOW:  # (a dictionary to make ready)
+                    self._deferred.append((later, self._last_request))
                 self._unfolded += written + len(resp_body) + _ROW_BYTES
 
     def start_compressing(self) -> None:
