@@ -35,6 +35,9 @@ _LEVEL = 6
 #: on agent traffic (JSON text, a body extending the previous one) as small
 #: as level 6, and several times faster, so it is soon done.
 FAST_LEVEL = 3
+#: The largest body whose dictionary is made ready ahead (bytes): the
+#: ready form takes several times its size in memory, held until the next.
+_PREPARE_MAX = 16 * 1024 * 1024
 #: A delta at most 1/_SURELY_SMALLER of its body is kept without trying
 #: zstd alone (which makes no text that small).
 _SURELY_SMALLER = 32
@@ -178,7 +181,7 @@ class Packer:
         chain of ``depth`` behind it) ready for the next body compressed
         against it (:meth:`pack`, :meth:`pack_ahead`). CPU work, about the
         cost of compressing ``data`` once: done off the path that waits."""
-        if len(data) < MIN_COMPRESS or depth >= MAX_REF_DEPTH:
+        if not MIN_COMPRESS <= len(data) <= _PREPARE_MAX or depth >= MAX_REF_DEPTH:
             with self._lock:
                 self._prepared = None
             return
