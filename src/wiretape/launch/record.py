@@ -274,6 +274,8 @@ class _Recording:
     interrupted: int | None = None
     #: the outermost folder made to hold the run file, if any
     made_folder: Path | None = None
+    #: writes what the forward proxy saw as it changes, off the event loop
+    reports: ReportKeeper | None = None
 
     def count_status(self, exchange: Exchange) -> None:
         """Note a stored exchange's status when it is an error (400 or more)."""
@@ -343,9 +345,11 @@ async def _prepare_record(
         assert recorder is not None
         return recorder.handler(name, upstream, conn_id)
 
+    reports = ReportKeeper(rules)
+
     def store_report(report: ConnectReport) -> None:
         if run is not None:  # what the forward proxy saw, kept as it changes
-            run.set_connect_report(redacted_report(report, rules))
+            reports.keep(run, report)
 
     listeners = Listeners(max_body=max_body)
     connect, origins, env, names = await _listen_record(
@@ -393,7 +397,8 @@ async def _prepare_record(
                          recorder, listeners, connect, origins, env, names, snapshot_ids,
                          made_for_run, rules=rules, policy=snapshot_policy,
                          left_out=[(root, left) for root, _, left in taken],
-                         made_folder=missing[-1] if missing and out is not None else None)
+                         made_folder=missing[-1] if missing and out is not None else None,
+                         reports=reports)
     return session
 
 
@@ -487,6 +492,8 @@ async def _judge_record(session: _Recording) -> None:
     snapshotted trees."""
     await session.listeners.close()
     await session.recorder.aclose()
+    if session.reports is not None:
+        await session.reports.settle()
     run, rules = session.run, session.rules
     facts = Facts()
     try:
@@ -526,6 +533,46 @@ async def _judge_record(session: _Recording) -> None:
 def redacted_report(report: ConnectReport, rules: Rules) -> ConnectReportJSON:
     """What the forward proxy saw, as stored: error texts redacted."""
     return cast(ConnectReportJSON, redact_json(report.to_json(), "connect", rules))
+
+
+class ReportKeeper:
+    """Keeps what the forward proxy saw in the run file as it changes, off
+    the event loop: :meth:`keep` (on the loop) takes the report as it is
+    now, and a task writes it on a worker thread (``RunFile`` calls wait for
+    a lock a store thread may hold). Reports that change while one is being
+    written are written once, the latest; each write replaces the last."""
+
+    def __init__(self, rules: Rules) -> None:
+        self._rules = rules
+        self._latest: tuple[RunFile, ConnectReportJSON] | None = None
+        self._task: asyncio.Task[None] | None = None
+        #: why the last write failed, if it did (the run's end writes the
+        #: report again, and says when that fails)
+        self.failure: str | None = None
+
+    def keep(self, run: RunFile, report: ConnectReport) -> None:
+        """Write ``report`` as it is now (called on the event loop)."""
+        self._latest = (run, report.to_json())
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._write(), name="wiretape-connect-report")
+
+    async def _write(self) -> None:
+        while self._latest is not None:
+            (run, report), self._latest = self._latest, None
+            try:
+                await asyncio.to_thread(self._store, run, report)
+            except (sqlite3.Error, OSError, RunFileError) as exc:
+                self.failure = str(exc)
+
+    def _store(self, run: RunFile, report: ConnectReportJSON) -> None:
+        run.set_connect_report(cast(ConnectReportJSON,
+                                    redact_json(report, "connect", self._rules)))
+
+    async def settle(self) -> None:
+        """Wait until every report kept so far is written."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
 
 
 #: Text files up to this size (bytes) keep their recorded result, so that a

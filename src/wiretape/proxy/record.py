@@ -1,6 +1,12 @@
 """Recording: forward each request to its origin, relay every frame to the
 client as it arrives, and store the exchange (redacted) when it ends.
 
+The request is redacted, hashed and compressed on a worker thread while it
+is forwarded; when the response ends, what the agent waits for is only the
+response's redaction and the exchange's one transaction (a body not
+compressed yet goes in raw, and is compressed by the run file's own thread
+once the end is sent).
+
 Owns the per-exchange bookkeeping (sequence numbers, timing, how it ended).
 Knows nothing of the CLI or of replay. A response body longer than
 ``spool_at`` is not held whole: it is written in parts as it streams
@@ -20,20 +26,37 @@ import itertools
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
 from wiretape.errors import RunFileWriteError, write_failure_reason
-from wiretape.model import Ending, Exchange, Frame, Request, Response
+from wiretape.model import Ending, Exchange, Frame, Redaction, Request, Response
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import upstream
 from wiretape.proxy.hop import ClientHead, Framing
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.spool import DEFAULT_SPOOL_AT, Gathered, Spool
-from wiretape.redaction import STANDARD, Rules, redact_exchange
+from wiretape.redaction import (
+    STANDARD,
+    Facts,
+    Rules,
+    redact_request,
+    redact_response,
+    redact_str,
+)
+from wiretape.store.blobs import Packed, blob_hash
 from wiretape.store.runfile import RunFile
+
+#: A request as it is stored (redacted), the facts of what was redacted,
+#: the sha256 hex of its body and that body compressed when it could be
+#: (``RunFile.pack_request``): made on a worker thread as soon as the
+#: request is received, while it is forwarded.
+Prepared = tuple[Request, list[Redaction], str, Packed | None]
+#: Request bodies from this size (bytes) on are prepared on a thread of
+#: their own as soon as they are received; smaller ones by the commit's.
+PREPARE_AHEAD = 16 * 1024
 
 
 @dataclass
@@ -70,9 +93,11 @@ class Recorder:
         self.write_failure: RunFileWriteError | None = None
 
     async def aclose(self) -> None:
-        """Wait for every exchange to be committed, then close the client."""
+        """Wait for every exchange to be committed and its bodies compressed
+        (``RunFile.settle``, on a worker thread), then close the client."""
         while self._pending:
             await asyncio.gather(*set(self._pending), return_exceptions=True)
+        await asyncio.to_thread(self._run.settle)
         await self._client.aclose()
 
     def handler(self, origin: str, upstream_url: str, connection_id: int) -> Handler:
@@ -94,6 +119,13 @@ class Recorder:
         seq = next(self._seq)
         wall, t0 = time.time_ns(), time.monotonic_ns()
         gathered: Gathered | None = None  # the origin's response body as it arrives
+        # Redacted, hashed and compressed on a worker thread while it is
+        # forwarded: the commit at the end only awaits it. (A small one is
+        # done by the commit's own thread: cheaper than a thread of its own.)
+        prepared: asyncio.Future[Prepared] | None = None
+        if len(request.body) >= PREPARE_AHEAD:
+            prepared = asyncio.get_running_loop().run_in_executor(None, self._prepare, request)
+            prepared.add_done_callback(_retrieve)
         response: Response | None = None
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:
@@ -160,7 +192,7 @@ class Recorder:
                 self._schedule_store(Exchange(
                     seq, connection_id, origin, wall, request, response, Ending.CLIENT_GONE,
                     ttfb, time.monotonic_ns() - t0, "wiretape stopped while the response streamed"),
-                    gathered)
+                    gathered, prepared)
                 await conn.abort()
                 raise
             finally:
@@ -178,16 +210,22 @@ class Recorder:
                 # as not saved, and the next request is refused.
                 await self._store_now(Exchange(seq, connection_id, origin, wall, request,
                                                response, ending, ttfb,
-                                               time.monotonic_ns() - t0, error), gathered)
-                with contextlib.suppress(ClientGone):
-                    await conn.send_data(held)
-                    await conn.end()
+                                               time.monotonic_ns() - t0, error),
+                                     gathered, prepared)
+                try:
+                    with contextlib.suppress(ClientGone):
+                        await conn.send_data(held)
+                        await conn.end()
+                finally:
+                    # What it committed raw is compressed from now on, not
+                    # competing with the end's way out.
+                    self._run.start_compressing()
                 return
             await conn.abort()
         duration = time.monotonic_ns() - t0
         exchange = Exchange(seq, connection_id, origin, wall, request, response, ending,
                             ttfb, duration, error)
-        self._schedule_store(exchange, gathered)
+        self._schedule_store(exchange, gathered, prepared)
 
     async def _refuse(self, conn: ClientConnection, request: Request,
                       failure: RunFileWriteError) -> None:
@@ -202,49 +240,79 @@ class Recorder:
             await conn.end()
 
     def _schedule_store(self, exchange: Exchange,
-                        body: Gathered | None = None) -> asyncio.Task[None]:
+                        body: Gathered | None,
+                        prepared: asyncio.Future[Prepared] | None) -> asyncio.Task[None]:
         """Store off the client's path: the next request on this connection
         need not wait for the commit. ``body``: the response's, when its
         frames were gathered (a spooled one is not in ``exchange``)."""
-        task = asyncio.create_task(self._store(exchange, body),
+        task = asyncio.create_task(self._store(exchange, body, prepared),
                                    name=f"wiretape-store-{exchange.seq}")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         return task
 
-    async def _store_now(self, exchange: Exchange, body: Gathered) -> None:
+    async def _store_now(self, exchange: Exchange, body: Gathered,
+                         prepared: asyncio.Future[Prepared] | None) -> None:
         """Store and wait for the commit (the store goes on, and ``aclose``
         waits for it, if this task is cancelled meanwhile)."""
-        await asyncio.shield(self._schedule_store(exchange, body))
+        await asyncio.shield(self._schedule_store(exchange, body, prepared))
 
-    def _redact_and_write(self, exchange: Exchange, body: Gathered | None) -> tuple[Exchange, int]:
-        """Redact (CPU work: a coded body is undone and done again) and
-        commit, on a worker thread: never on the event loop. Returns the
-        exchange as stored (a spooled response without its frames) and its
-        response body's bytes."""
-        stored, facts = redact_exchange(exchange, self._rules)
+    def _prepare(self, request: Request) -> Prepared:
+        """The request as stored: redacted (CPU work), its body's hash, and
+        that body compressed against the previous one when its dictionary
+        is ready. On a worker thread, as soon as the request is received."""
+        stored, facts = redact_request(request, self._rules)
+        digest = blob_hash(stored.body)
+        return stored, facts, digest, self._run.pack_request(stored.body, digest)
+
+    def _redact_and_write(self, exchange: Exchange, body: Gathered | None,
+                          prepared: Prepared | None) -> tuple[Exchange, int]:
+        """Redact the response (CPU work: a coded body is undone and done
+        again) and commit with the prepared request, on a worker thread:
+        never on the event loop. A body not compressed yet is committed raw
+        and compressed afterwards by the run file's own thread
+        (``RunFile.start_compressing``). Returns the exchange as stored (a
+        spooled response without its frames) and its response body's
+        bytes."""
+        request, facts, digest, packed = prepared or self._prepare(exchange.request)
+        response = exchange.response
         spool = body.spool if body is not None else None
+        if response is not None:  # (a spooled one: its headers; its parts are redacted)
+            response, more = redact_response(response, self._rules)
+            facts = facts + more
+        error = exchange.error
+        if error is not None:
+            error = redact_str(error, "error", self._rules, Facts(facts))
+        stored = replace(exchange, request=request, response=response, error=error)
         if body is None or spool is None:
-            self._run.write_exchange(stored, facts)
-            return stored, len(stored.response.body) if stored.response else 0
+            self._run.write_exchange(stored, facts, compress_later=True, request_digest=digest,
+                                     request_packed=packed)
+            return stored, sum(len(f.data) for f in response.frames) if response else 0
         staged, more = spool.finish()
-        self._run.write_spooled_exchange(stored, facts + more, staged, body.frame_rows())
+        self._run.write_spooled_exchange(stored, facts + more, staged, body.frame_rows(),
+                                         compress_later=True, request_digest=digest,
+                                         request_packed=packed)
         return stored, staged.size
 
-    async def _store(self, exchange: Exchange, body: Gathered | None = None) -> None:
+    async def _store(self, exchange: Exchange, body: Gathered | None,
+                     prepared: asyncio.Future[Prepared] | None) -> None:
         if body is not None and body.spool is not None:
             await body.spool.close(body.take_pending())
+        # One commit at a time, in the order the exchanges ended.
         async with self._write_lock:
             if self.write_failure is not None:
                 self.stats.not_saved += 1
                 return
             try:
                 stored, response_bytes = await asyncio.to_thread(
-                    self._redact_and_write, exchange, body)
+                    self._redact_and_write, exchange, body,
+                    await prepared if prepared is not None else None)
             except Exception as exc:  # whatever it was, the exchange is not on disk
                 self.write_failure = RunFileWriteError(self._run.path, write_failure_reason(exc))
                 self.stats.not_saved += 1
                 return
+        if exchange.ending is not Ending.COMPLETE:  # (else once its end is sent)
+            self._run.start_compressing()
         self.stats.exchanges += 1
         self.stats.body_bytes += len(stored.request.body) + response_bytes
         if exchange.ending is not Ending.COMPLETE:
@@ -259,6 +327,13 @@ def _spool_at_from_env() -> int:
     """``WIRETAPE_SPOOL_BYTES`` (bytes, at least 64 KiB), else the default."""
     value = os.environ.get("WIRETAPE_SPOOL_BYTES", "")
     return max(64 * 1024, int(value)) if value.strip().isdigit() else DEFAULT_SPOOL_AT
+
+
+def _retrieve(future: asyncio.Future[Prepared]) -> None:
+    """Mark a preparation's failure as seen: an exchange that is never
+    stored (its task cancelled while forwarding) never awaits it."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _declared_length(head: ClientHead) -> int | None:

@@ -13,6 +13,10 @@ row under the body's hash with codec ``parts`` naming the token (``ref``)
 and listing the parts' sizes. Until that row is committed the parts are
 reached from nothing (:func:`sweep_parts` removes them).
 
+A body may first be stored raw (:func:`put_raw`: the cheapest write, for a
+commit something waits for) and compressed afterwards under the same hash
+(:func:`recompress`); a reader gets the same bytes either way.
+
 Reading back is bounded whatever the file says (:func:`get`): a run file is
 untrusted input.
 """
@@ -23,11 +27,13 @@ import hashlib
 import re
 import sqlite3
 import struct
+import threading
+from dataclasses import dataclass
 
 import zstandard
 
 MAX_REF_DEPTH = 32
-_MIN_COMPRESS = 64  # bytes; below this zstd framing costs more than it saves
+MIN_COMPRESS = 64  # bytes; below this zstd framing costs more than it saves
 #: The largest body read back (uncompressed bytes): above a snapshot's whole
 #: default limit and four times the default request body limit.
 MAX_BLOB_BYTES = 256 * 1024 * 1024
@@ -40,34 +46,41 @@ _PART_SIZE = struct.Struct(">Q")
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 #: zstd level of a part: a part is compressed while its response streams.
 _PART_LEVEL = 3
+_LEVEL = 6
+#: The level of a compression done after the commit (``Packer(FAST_LEVEL)``):
+#: on agent traffic (JSON text, a body extending the previous one) as small
+#: as level 6, and several times faster, so it is soon done.
+FAST_LEVEL = 3
+#: The largest body whose dictionary is made ready ahead (bytes): the
+#: ready form takes several times its size in memory, held until the next.
+_PREPARE_MAX = 16 * 1024 * 1024
+#: A delta at most 1/_SURELY_SMALLER of its body is kept without trying
+#: zstd alone (which makes no text that small).
+_SURELY_SMALLER = 32
 
 
 def blob_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def put(db: sqlite3.Connection, data: bytes, ref: str | None = None) -> str:
-    """Store ``data`` (if not already there) and return its hash.
+def put(db: sqlite3.Connection, data: bytes, ref: str | None = None, *,
+        ref_data: bytes | None = None, packer: Packer | None = None) -> str:
+    """Store ``data`` (if not already there), compressed, and return its hash.
 
-    ``ref`` names a stored blob to use as the dictionary. The caller owns the
-    transaction.
+    ``ref`` names a stored blob to use as the dictionary; ``ref_data``: its
+    bytes, when the caller has them (else they are read back). ``packer``:
+    the compressors to use (default: this module's, one per thread). The
+    caller owns the transaction.
     """
     digest = blob_hash(data)
     if db.execute("SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone():
         return digest
-    codec, ref_used, depth, payload = "raw", None, 0, data
-    if len(data) >= _MIN_COMPRESS:
-        codec, payload = "zstd", zstandard.ZstdCompressor(level=6).compress(data)
-        if ref is not None:
-            row = db.execute("SELECT depth FROM blobs WHERE hash = ?", (ref,)).fetchone()
-            if row is not None and row[0] < MAX_REF_DEPTH:
-                ref_bytes = get(db, ref)
-                dictionary = zstandard.ZstdCompressionDict(
-                    ref_bytes, dict_type=zstandard.DICT_TYPE_RAWCONTENT
-                )
-                delta = zstandard.ZstdCompressor(level=6, dict_data=dictionary).compress(data)
-                if len(delta) < len(payload):
-                    codec, ref_used, depth, payload = "zstd-ref", ref, row[0] + 1, delta
+    reference = None
+    if ref is not None and len(data) >= MIN_COMPRESS:
+        depth = ref_depth(db, ref)
+        if depth is not None and depth < MAX_REF_DEPTH:
+            reference = Reference(ref, ref_data if ref_data is not None else get(db, ref), depth)
+    codec, ref_used, depth, payload = (packer or _PACKER).pack(data, reference)
     db.execute(
         "INSERT INTO blobs (hash, size, codec, ref, depth, data) VALUES (?, ?, ?, ?, ?, ?)",
         (digest, len(data), codec, ref_used, depth, payload),
@@ -83,7 +96,7 @@ def part_key(token: str, index: int) -> str:
 def compress_part(data: bytes) -> tuple[str, bytes]:
     """(codec, payload) of one part: CPU work, done before the write that
     stores it (no lock held)."""
-    if len(data) < _MIN_COMPRESS:
+    if len(data) < MIN_COMPRESS:
         return "raw", data
     return "zstd", zstandard.ZstdCompressor(level=_PART_LEVEL).compress(data)
 
@@ -136,6 +149,161 @@ def stored_bytes(db: sqlite3.Connection) -> int:
     row = db.execute(
         f"SELECT coalesce(sum(length(data)), 0) FROM blobs WHERE NOT ({_UNCLAIMED})").fetchone()
     return int(row[0]) if type(row[0]) is int else 0
+def put_raw(db: sqlite3.Connection, data: bytes, digest: str) -> bool:
+    """Store ``data`` as it is under ``digest`` (its sha256 hex, which the
+    caller computed: :func:`blob_hash`), if no blob has that hash yet; True
+    when this stored it. The cheap half of a write whose compression comes
+    later (:func:`recompress`). The caller owns the transaction."""
+    cur = db.execute(
+        "INSERT OR IGNORE INTO blobs (hash, size, codec, ref, depth, data)"
+        " VALUES (?, ?, 'raw', NULL, 0, ?)", (digest, len(data), data))
+    return cur.rowcount == 1
+
+
+def ref_depth(db: sqlite3.Connection, digest: str) -> int | None:
+    """The length of the dictionary chain behind the stored blob ``digest``
+    (0: it needs none), or None when there is no such blob (or its depth is
+    not a number)."""
+    row = db.execute("SELECT depth FROM blobs WHERE hash = ?", (digest,)).fetchone()
+    return row[0] if row is not None and type(row[0]) is int else None
+
+
+def recompress(db: sqlite3.Connection, digest: str, size: int,
+               packed: tuple[str, str | None, int, bytes]) -> bool:
+    """Replace the raw bytes stored under ``digest`` (``size`` of them) by
+    ``packed`` (what :meth:`Packer.pack` made of the same bytes: the hash
+    stays the bytes' own, so every reader gets the same bytes back). Only a
+    blob still raw is changed, and only when the dictionary it names is
+    still at the depth it was packed against; True when it was changed.
+    The caller owns the transaction."""
+    codec, ref, depth, payload = packed
+    if codec == "raw":
+        return False
+    if ref is not None and ref_depth(db, ref) != depth - 1:
+        return False  # its dictionary changed meanwhile: it stays raw (and correct)
+    cur = db.execute(
+        "UPDATE blobs SET codec = ?, ref = ?, depth = ?, data = ?"
+        " WHERE hash = ? AND codec = 'raw' AND size = ?",
+        (codec, ref, depth, payload, digest, size))
+    return cur.rowcount == 1
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A body as it will be stored: its hash and size, codec, reference
+    (hash, or None), depth and payload (:meth:`Packer.pack_ahead`)."""
+
+    digest: str
+    size: int
+    codec: str
+    ref: str | None
+    depth: int
+    payload: bytes
+
+
+def put_packed(db: sqlite3.Connection, packed: Packed) -> bool:
+    """Store a body packed ahead of its transaction (if no blob has its hash
+    yet); False, storing nothing, when the dictionary it names is not
+    stored at the depth it was packed against (the caller then stores it
+    otherwise). The caller owns the transaction."""
+    if packed.ref is not None and ref_depth(db, packed.ref) != packed.depth - 1:
+        return False
+    db.execute(
+        "INSERT OR IGNORE INTO blobs (hash, size, codec, ref, depth, data)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (packed.digest, packed.size, packed.codec, packed.ref, packed.depth, packed.payload))
+    return True
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A stored body to compress another against: its hash, its bytes and
+    the depth of its own dictionary chain."""
+
+    digest: str
+    data: bytes
+    depth: int
+
+
+class Packer:
+    """Compresses bodies: zstd, against a reference body when given (its
+    bytes are the dictionary). Its compressors are built once per thread,
+    and the dictionary of the body :meth:`prepare` was last given is made
+    ready ahead, so the next body compresses against it without that cost.
+    Safe to use from several threads."""
+
+    def __init__(self, level: int = _LEVEL) -> None:
+        self._level = level
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        #: the body last given to :meth:`prepare`: its hash, its dictionary
+        #: made ready, and the depth of its chain as stored
+        self._prepared: tuple[str, zstandard.ZstdCompressionDict, int] | None = None
+
+    def _plain(self) -> zstandard.ZstdCompressor:
+        compressor: zstandard.ZstdCompressor | None = getattr(self._local, "plain", None)
+        if compressor is None:
+            compressor = self._local.plain = zstandard.ZstdCompressor(level=self._level)
+        return compressor
+
+    def _dictionary(self, ref: Reference) -> zstandard.ZstdCompressionDict:
+        with self._lock:
+            prepared = self._prepared
+        if prepared is not None and prepared[0] == ref.digest:
+            return prepared[1]
+        return zstandard.ZstdCompressionDict(ref.data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+    def prepare(self, digest: str, data: bytes, depth: int) -> None:
+        """Make the dictionary of ``data`` (stored under ``digest``, with a
+        chain of ``depth`` behind it) ready for the next body compressed
+        against it (:meth:`pack`, :meth:`pack_ahead`). CPU work, about the
+        cost of compressing ``data`` once: done off the path that waits."""
+        if not MIN_COMPRESS <= len(data) <= _PREPARE_MAX or depth >= MAX_REF_DEPTH:
+            with self._lock:
+                self._prepared = None
+            return
+        dictionary = zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+        dictionary.precompute_compress(level=self._level)
+        with self._lock:
+            self._prepared = (digest, dictionary, depth)
+
+    def pack_ahead(self, data: bytes, digest: str) -> Packed | None:
+        """``data`` (whose hash is ``digest``) compressed against the body
+        last prepared (:meth:`prepare`), when that makes it far smaller:
+        cheap, as that dictionary is ready. None when there is none, or
+        it does not help."""
+        with self._lock:
+            prepared = self._prepared
+        if prepared is None or len(data) < MIN_COMPRESS:
+            return None
+        ref, dictionary, depth = prepared
+        delta = zstandard.ZstdCompressor(level=self._level, dict_data=dictionary).compress(data)
+        if len(delta) * _SURELY_SMALLER > len(data):
+            return None
+        return Packed(digest, len(data), "zstd-ref", ref, depth + 1, delta)
+
+    def pack(self, data: bytes, ref: Reference | None = None,
+             ) -> tuple[str, str | None, int, bytes]:
+        """``data`` as stored: (codec, the reference's hash or None, depth,
+        payload). Raw below 64 bytes; against ``ref`` when its chain is
+        short enough and that is smaller than zstd alone (a body that
+        extends ``ref`` costs about its new bytes)."""
+        if len(data) < MIN_COMPRESS:
+            return "raw", None, 0, data
+        delta = None
+        if ref is not None and ref.depth < MAX_REF_DEPTH:
+            delta = zstandard.ZstdCompressor(
+                level=self._level, dict_data=self._dictionary(ref)).compress(data)
+            if len(delta) * _SURELY_SMALLER <= len(data):
+                # Far below what zstd alone makes of any text: not worth trying.
+                return "zstd-ref", ref.digest, ref.depth + 1, delta
+        payload = self._plain().compress(data)
+        if ref is not None and delta is not None and len(delta) < len(payload):
+            return "zstd-ref", ref.digest, ref.depth + 1, delta
+        return "zstd", None, 0, payload
+
+
+_PACKER = Packer()
 
 
 class BlobError(ValueError):

@@ -16,6 +16,7 @@ replay's log is kept beside the run, never in it (``store.replaylog``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -63,6 +64,15 @@ from wiretape.store.locate import replay_log_path
 from wiretape.store.replaylog import LogError, ReplayLog, replay_record, request_row
 
 _ENDINGS = tuple(e.value for e in Ending)
+#: Bytes committed (about) after which the background thread checkpoints
+#: the WAL (SQLite's own default is 1000 pages: about 4 MiB).
+_FOLD_BYTES = 4 << 20
+#: What an exchange's rows add besides its bodies (about).
+_ROW_BYTES = 2048
+#: Bodies below this size (bytes) are compressed by the commit itself even
+#: when the rest is compressed later (``write_exchange``): that costs less
+#: than a later transaction. A request this small is compressed on its own.
+_COMPRESS_NOW = 16 * 1024
 _KINDS = ("file", "dir", "symlink")
 _CHANGES = ("added", "modified", "deleted")
 
@@ -180,7 +190,9 @@ class RunFile:
     Use ``RunFile.create(path, info)`` to start a recording and
     ``open_run(path)`` for everything else: it opens the file read-only.
     All methods are safe to call from one thread at a time (a lock
-    serialises them).
+    serialises them). A file being recorded has a thread of its own that
+    compresses what was committed raw (``write_exchange``) and checkpoints
+    the WAL; ``close`` waits for it.
     """
 
     def __init__(self, path: Path, db: sqlite3.Connection, *, writable: bool,
@@ -191,7 +203,28 @@ class RunFile:
         self._replay_logs = replay_logs
         self._lock = threading.RLock()
         self._cache: dict[str, bytes] = {}
-        self._last_request_blob: str | None = None
+        #: the last request body committed (hash, bytes): the next one's dictionary
+        self._last_request: tuple[str, bytes] | None = None
+        self._packer = blobs.Packer()
+        self._background_packer = blobs.Packer(blobs.FAST_LEVEL)
+        #: the thread compressing bodies committed raw (write_exchange), and
+        #: the last thing queued on it
+        self._background: concurrent.futures.ThreadPoolExecutor | None = None
+        self._queued: concurrent.futures.Future[None] | None = None
+        #: bodies committed raw, not yet handed to it (``start_compressing``):
+        #: per exchange, (hash, bytes, reference) of each, and its request
+        self._deferred: list[tuple[list[tuple[str, bytes, blobs.Reference | None]],
+                                   tuple[str, bytes]]] = []
+        #: guards the three above: held only to hand work over, never by a write
+        self._deferred_lock = threading.Lock()
+        self._closing = False
+        self._checkpoints_deferred = False
+        #: the background thread's own connection, for checkpoints (``_fold``),
+        #: and the bytes committed since its last one (guarded by _deferred_lock)
+        self._folder: sqlite3.Connection | None = None
+        self._unfolded = 0
+        #: why a background compression failed (its bodies stay raw)
+        self.background_failures: list[str] = []
         self._log: ReplayLog | None = None
         self._content_hash: str | None = None
         self._log_note: str | None = None
@@ -219,6 +252,9 @@ class RunFile:
             os.close(fd)
             db = connect_write(partial)
             try:
+                # Pages a body left when it was compressed after its commit
+                # are given back when the file is closed (``close``).
+                db.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 with transaction(db):
                     schema.create(db)
                     _write_meta(db, _info_meta(info))
@@ -315,14 +351,25 @@ class RunFile:
 
     def close(self, *, compact: bool = False) -> None:
         """Close; with ``compact`` (a file being written) fold the WAL back
-        so the file stands alone. A file being written loses first the
+        so the file stands alone. Waits first for the bodies still being
+        compressed (:meth:`settle`); a file being written then loses the
         staged parts of any body never committed."""
+        self.settle()
+        with self._deferred_lock:
+            self._closing = True
+        if self._background is not None:
+            self._background.shutdown(wait=True)
+        if self._folder is not None:
+            self._folder.close()
         with self._lock:
             if self._writable:
                 with contextlib.suppress(RunFileWriteError):
                     self.sweep()
             if compact and self._writable:
                 try:
+                    # The free pages (raw bodies since compressed) go first
+                    # (a script: each step of this pragma frees one page).
+                    self._db.executescript("PRAGMA incremental_vacuum;")
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                     self._db.execute("PRAGMA journal_mode = DELETE")
                 except sqlite3.Error:
@@ -446,19 +493,178 @@ class RunFile:
 
     # -- exchanges ---------------------------------------------------------
 
-    def write_exchange(self, exchange: Exchange, redactions: Sequence[Redaction] = ()) -> None:
+    def pack_request(self, body: bytes, digest: str) -> blobs.Packed | None:
+        """A request body (whose sha256 hex is ``digest``) compressed ahead
+        of its commit against the last request body whose dictionary the
+        background thread made ready (a growing conversation: about its new
+        bytes, in well under a millisecond), for ``write_exchange(...,
+        request_packed=)``; None when that does not help. Takes no lock a
+        write holds: for a worker thread, as soon as the request is in."""
+        try:
+            return self._background_packer.pack_ahead(body, digest)
+        except (zstandard.ZstdError, MemoryError):
+            return None
+
+    def write_exchange(self, exchange: Exchange, redactions: Sequence[Redaction] = (), *,
+                       compress_later: bool = False, request_digest: str | None = None,
+                       request_packed: blobs.Packed | None = None) -> None:
         """Commit one ended exchange, already redacted, in one transaction:
         its bodies, its row, its frames and its redactions are all in the
-        file, or (the write failed) none of them."""
+        file, or (the write failed) none of them.
+
+        ``compress_later``: the bodies this stores are committed raw (the
+        cheapest write, for a commit something waits for; a body under
+        16 KiB is compressed at once, as cheap) and compressed
+        afterwards on this file's background thread (from
+        :meth:`start_compressing` on), one transaction each, under the same
+        hashes (:meth:`settle` waits for that; :meth:`close` does). A
+        process killed before leaves a correct, bigger file.
+        ``request_digest``: the sha256 hex of the request's body, when the
+        caller has it; ``request_packed``: that body as :meth:`pack_request`
+        made it (stored so when its dictionary is as it was, else raw).
+        Raises RunFileWriteError.
+        """
         req, resp = exchange.request, exchange.response
+        resp_body = b"".join([f.data for f in resp.frames]) if resp is not None else b""
+        later: list[tuple[str, bytes, blobs.Reference | None]] = []
+        if compress_later:
+            self._defer_checkpoints()
         with self._write() as db:
-            req_blob = blobs.put(db, req.body, ref=self._last_request_blob)
-            resp_blob = blobs.put(db, resp.body) if resp is not None else None
+            req_blob, written = self._put_request(db, req, later, compress_later,
+                                                  request_digest, request_packed)
+            if compress_later and resp is not None and len(resp_body) < _COMPRESS_NOW:
+                # small: compressed at once costs less than a later transaction
+                resp_blob: str | None = blobs.put(db, resp_body, packer=self._background_packer)
+            elif compress_later and resp is not None:
+                resp_blob = blobs.blob_hash(resp_body)
+                if blobs.put_raw(db, resp_body, resp_blob):
+                    later.append((resp_blob, resp_body, None))
+            else:
+                resp_blob = (blobs.put(db, resp_body, packer=self._packer)
+                             if resp is not None else None)
             frames: Iterable[tuple[int, int]] = (
                 ((f.offset_ns, len(f.data)) for f in resp.frames) if resp is not None else ())
             _insert_exchange(db, exchange, req_blob, resp_blob, frames, redactions)
-        # Only a committed body is a dictionary for the next one.
-        self._last_request_blob = req_blob
+        self._committed(req_blob, req.body, later, compress_later, written + len(resp_body))
+
+    def _defer_checkpoints(self) -> None:
+        """From the first ``compress_later`` write on, checkpoints are the
+        background thread's (``_fold``): a commit never does one."""
+        if not self._checkpoints_deferred:
+            with self._lock:
+                self._db.execute("PRAGMA wal_autocheckpoint = 0")
+                self._checkpoints_deferred = True
+
+    def _put_request(self, db: sqlite3.Connection, req: Request,
+                     later: list[tuple[str, bytes, blobs.Reference | None]],
+                     compress_later: bool, digest: str | None,
+                     packed: blobs.Packed | None) -> tuple[str, int]:
+        """Store a request body in the caller's transaction, as
+        :meth:`write_exchange` says; a body to compress afterwards is added
+        to ``later``. Returns its hash and about the bytes it adds to the
+        WAL."""
+        previous = self._last_request
+        if not compress_later:
+            return blobs.put(db, req.body, ref=previous[0] if previous else None,
+                             ref_data=previous[1] if previous else None,
+                             packer=self._packer), len(req.body)
+        req_blob = digest or blobs.blob_hash(req.body)
+        if (packed is not None and packed.digest == req_blob and packed.size == len(req.body)
+                and blobs.put_packed(db, packed)):
+            return req_blob, len(packed.payload)  # stored as it will stay
+        if len(req.body) < _COMPRESS_NOW:  # (on its own: no dictionary to wait for)
+            return blobs.put(db, req.body, packer=self._background_packer), len(req.body)
+        if blobs.put_raw(db, req.body, req_blob) and len(req.body) >= blobs.MIN_COMPRESS:
+            ref = blobs.Reference(previous[0], previous[1], 0) if previous is not None else None
+            later.append((req_blob, req.body, ref))
+        return req_blob, len(req.body)
+
+    def _committed(self, req_blob: str, req_body: bytes,
+                   later: list[tuple[str, bytes, blobs.Reference | None]],
+                   compress_later: bool, written: int) -> None:
+        """After a commit: only a committed body is a dictionary for the
+        next one; what was committed raw waits for :meth:`start_compressing`."""
+        self._last_request = (req_blob, req_body)
+        if compress_later:
+            with self._deferred_lock:
+                if later or len(req_body) >= _COMPRESS_NOW:  # (a dictionary to make ready)
+                    self._deferred.append((later, self._last_request))
+                self._unfolded += written + _ROW_BYTES
+
+    def start_compressing(self) -> None:
+        """Start compressing, on the background thread, the bodies the
+        writes with ``compress_later`` committed raw so far, in the order
+        they were committed. Cheap and never waits for a write: called on
+        the event loop once the exchange's end is sent (the compression
+        does not compete with that). ``settle`` and ``close`` start it too."""
+        with self._deferred_lock:
+            jobs, self._deferred = self._deferred, []
+            if not jobs or self._closing:
+                return
+            if self._background is None:
+                self._background = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="wiretape-compress")
+            self._queued = self._background.submit(self._compress_all, jobs)
+
+    def _compress_all(self, jobs: list[tuple[list[tuple[str, bytes, blobs.Reference | None]],
+                                             tuple[str, bytes]]]) -> None:
+        for bodies, request in jobs:
+            self._compress(bodies, request)
+
+    def _compress(self, bodies: list[tuple[str, bytes, blobs.Reference | None]],
+                  request: tuple[str, bytes]) -> None:
+        """On the background thread: compress (holding no lock), then swap
+        each raw body for its compressed form in one short transaction.
+        Bodies are queued in commit order, so a body's dictionary was
+        compressed before it: the depth read here is final. A failure
+        leaves the body raw: the file stays correct, only bigger; a write
+        that fails for good shows in the next commit."""
+        try:
+            packed = []
+            for digest, data, ref in bodies:
+                if ref is not None:
+                    with self._lock:
+                        depth = blobs.ref_depth(self._db, ref.digest)
+                    ref = (blobs.Reference(ref.digest, ref.data, depth)
+                           if depth is not None else None)
+                packed.append((digest, len(data), self._background_packer.pack(data, ref)))
+            if packed:
+                with self._write() as db:
+                    for digest, size, result in packed:
+                        blobs.recompress(db, digest, size, result)
+            # The next request body is compressed against this one: its
+            # dictionary is made ready now, while nothing waits.
+            with self._lock:
+                depth = blobs.ref_depth(self._db, request[0])
+            self._background_packer.prepare(request[0], request[1],
+                                            blobs.MAX_REF_DEPTH if depth is None else depth)
+            with self._deferred_lock:
+                fold, self._unfolded = self._unfolded >= _FOLD_BYTES, (
+                    0 if self._unfolded >= _FOLD_BYTES else self._unfolded)
+            if fold:
+                self._fold()
+        except Exception as exc:  # whatever it was, the bodies stay raw (and correct)
+            self.background_failures.append(f"{type(exc).__name__}: {exc}")
+
+    def _fold(self) -> None:
+        """On the background thread: copy the WAL's pages back into the
+        file (a checkpoint), from a connection of its own, waiting for no
+        one (``PASSIVE``): the writer's commits never do it (raw bodies
+        fill the WAL fast), so the end of a response never waits for it."""
+        if self._folder is None:
+            self._folder = connect_write(self.path)
+        self._folder.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def settle(self) -> None:
+        """Wait until every body queued by ``write_exchange(...,
+        compress_later=True)`` is compressed (or left raw, its compression
+        having failed: ``background_failures``). Blocks: not for the event
+        loop."""
+        self.start_compressing()
+        with self._deferred_lock:
+            queued = self._queued
+        if queued is not None:
+            concurrent.futures.wait([queued])
 
     # -- a response body too large to hold: staged in parts ----------------
 
@@ -474,21 +680,28 @@ class RunFile:
             blobs.put_part(db, token, index, size, codec, payload)
 
     def write_spooled_exchange(self, exchange: Exchange, redactions: Sequence[Redaction],
-                               body: SpooledBody, frames: Iterable[tuple[int, int]]) -> None:
+                               body: SpooledBody, frames: Iterable[tuple[int, int]], *,
+                               compress_later: bool = False, request_digest: str | None = None,
+                               request_packed: blobs.Packed | None = None) -> None:
         """Commit one ended exchange whose response body was staged in
         parts (``body``), in one transaction, as :meth:`write_exchange`
         does: ``exchange`` (already redacted) has a response whose frames
         are left out; ``frames`` gives them as (offset_ns, length), in
-        order, their lengths adding up to ``body.size``. Raises
-        RunFileWriteError."""
+        order, their lengths adding up to ``body.size``. The request body
+        is stored as :meth:`write_exchange` stores it (``compress_later``,
+        ``request_digest``, ``request_packed``). Raises RunFileWriteError."""
         req, resp = exchange.request, exchange.response
         if resp is None:
             raise ValueError("a spooled body belongs to a response")
+        later: list[tuple[str, bytes, blobs.Reference | None]] = []
+        if compress_later:
+            self._defer_checkpoints()
         with self._write() as db:
-            req_blob = blobs.put(db, req.body, ref=self._last_request_blob)
+            req_blob, written = self._put_request(db, req, later, compress_later,
+                                                  request_digest, request_packed)
             resp_blob = blobs.put_parts(db, body.sha256, body.token, list(body.sizes))
             _insert_exchange(db, exchange, req_blob, resp_blob, frames, redactions)
-        self._last_request_blob = req_blob
+        self._committed(req_blob, req.body, later, compress_later, written)
 
     def sweep(self, keep: set[str] | frozenset[str] = frozenset()) -> int:
         """Delete staged parts no committed body names (a recording killed
