@@ -27,19 +27,16 @@ Usage: python bench/record_growing.py [--turns N] [--size BYTES] [--step BYTES]
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from common import Proc, upstream, wiretape
 
 ANSWER = (b'{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,'
           b'"message":{"role":"assistant","content":"Done."},"finish_reason":"stop"}]}')
@@ -51,33 +48,6 @@ _WORDS = (
     "check", "status", "output", "input", "print", "list", "dict", "string", "bytes", "number",
     "index", "count", "time", "wait", "done", "open", "close", "read", "write",
 )
-
-
-async def upstream_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER))
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    finally:
-        writer.close()
-
-
-def serve_upstream(port_file: str) -> None:
-    async def run() -> None:
-        server = await asyncio.start_server(upstream_handler, "127.0.0.1", 0)
-        Path(port_file).write_text(str(server.sockets[0].getsockname()[1]))
-        await server.serve_forever()
-
-    asyncio.run(run())
 
 
 class Conversation:
@@ -105,26 +75,6 @@ class Conversation:
     def body(self) -> bytes:
         return json.dumps({"model": "gpt-4o", "stream": False,
                            "messages": self._messages}).encode()
-
-
-def start(argv: list[str], src: str | None = None) -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if ": " not in line:
-        raise SystemExit(f"wiretape did not start: {line!r} "
-                         f"{proc.stderr.read() if proc.stderr else ''}")
-    return proc, line.split(": ", 1)[1].strip().removesuffix("/v1")
-
-
-def stop(proc: subprocess.Popen[str]) -> str:
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    return err.strip()
 
 
 def session(paths: dict[str, str], bodies: list[bytes]) -> dict[str, list[float]]:
@@ -157,12 +107,15 @@ def bodies_growing(start_size: int, step: int, turns: int, seed: int) -> list[by
     return out
 
 
-def recorders(wiretape: list[str], out: Path, other: str | None,
-              ) -> dict[str, tuple[subprocess.Popen[str], str]]:
-    procs = {"record": start([*wiretape, "-o", str(out)])}
+def recorders(record: list[str], out: Path, other: str | None) -> dict[str, Proc]:
+    """``wiretape serve --record`` to ``out``, and with ``other``, a second
+    one run from the ``src`` folder ``other`` (its own run file beside)."""
+    procs = {"record": wiretape([*record, "-o", str(out)])}
     if other is not None:
-        procs["record-other"] = start([*wiretape, "-o", str(out.with_suffix(".other.wtape"))],
-                                      src=other)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([other, *filter(None, [env.get("PYTHONPATH")])])
+        procs["record-other"] = wiretape(
+            [*record, "-o", str(out.with_suffix(".other.wtape"))], env=env)
     return procs
 
 
@@ -181,33 +134,23 @@ def main() -> None:
     parser.add_argument("--step", type=int, default=2048)
     parser.add_argument("--compare-with", metavar="SRC",
                         help="also record with the wiretape package found in SRC")
-    parser.add_argument("--upstream-only", metavar="PORT_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.upstream_only:
-        serve_upstream(args.upstream_only)
-        return
     tmp = Path(tempfile.mkdtemp(prefix="wiretape-bench-"))
-    port_file = tmp / "port"
-    up = subprocess.Popen([sys.executable, __file__, "--upstream-only", str(port_file)])
-    try:
-        while not port_file.exists() or not port_file.read_text():
-            time.sleep(0.02)
-        direct = f"http://127.0.0.1:{port_file.read_text()}"
-        wiretape = [sys.executable, "-m", "wiretape", "serve", "--record", "--upstream",
-                    direct + "/v1"]
+    with upstream(ANSWER) as direct:
+        record = ["serve", "--record", "--upstream", direct + "/v1"]
 
         # -- latency at about --size bytes
         warm = bodies_growing(4096, 1024, 5, seed=1)
         bodies = bodies_growing(args.size - args.turns * args.step // 2, args.step, args.turns,
                                 seed=2)
-        procs = recorders(wiretape, tmp / "latency.wtape", args.compare_with)
-        paths = {"direct": direct, **{name: url for name, (_, url) in procs.items()}}
+        procs = recorders(record, tmp / "latency.wtape", args.compare_with)
+        paths = {"direct": direct, **{name: proc.url for name, proc in procs.items()}}
         try:
             session(paths, warm)
             times = session(paths, bodies)
         finally:
-            for proc, _ in procs.values():
-                stop(proc)
+            for proc in procs.values():
+                proc.stop(timeout=60)
         sizes = [len(b) for b in bodies]
         print(f"{args.turns} turns, request bodies {min(sizes) / 1024:.0f}-"
               f"{max(sizes) / 1024:.0f} KiB (growing {args.step} bytes a turn), round trip:")
@@ -229,14 +172,14 @@ def main() -> None:
                 conv.grow(min(8192, target - len(conv.body()) + 64))
             fifty.append(conv.body())
         run = tmp / "fifty.wtape"
-        procs = recorders(wiretape, run, args.compare_with)
+        procs = recorders(record, run, args.compare_with)
         try:
             t0 = time.perf_counter()
-            session({name: url for name, (_, url) in procs.items()}, fifty)
+            session({name: proc.url for name, proc in procs.items()}, fifty)
             sent = time.perf_counter() - t0
         finally:
-            for proc, _ in procs.values():
-                stop(proc)
+            for proc in procs.values():
+                proc.stop(timeout=60)
         for name, path in (("record", run), ("record-other", run.with_suffix(".other.wtape"))):
             if name not in procs:
                 continue
@@ -245,8 +188,6 @@ def main() -> None:
                   f"{sum(map(len, fifty)) / 2**20:.1f} MiB sent in {sent:.2f} s): stored body "
                   f"bytes {stored} of {raw} raw = {100 * stored / raw:.2f} %; run file "
                   f"{file_bytes} bytes = {100 * file_bytes / raw:.2f} %")
-    finally:
-        up.terminate()
 
 
 if __name__ == "__main__":

@@ -35,9 +35,7 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +43,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+from common import pct, upstream, wiretape
 
 ANSWER = (b'{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,'
           b'"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],'
@@ -65,36 +64,6 @@ from wiretape.cli.main import main
 sys.argv[0] = "wiretape"
 main()
 """
-
-
-async def upstream_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """A raw HTTP/1.1 upstream: reads a request with a Content-Length body
-    and answers ANSWER at once."""
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER))
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    finally:
-        writer.close()
-
-
-def serve_upstream(port_file: str) -> None:
-    async def run() -> None:
-        server = await asyncio.start_server(upstream_handler, "127.0.0.1", 0,
-                                            limit=1 << 16)
-        Path(port_file).write_text(str(server.sockets[0].getsockname()[1]))
-        await server.serve_forever()
-
-    asyncio.run(run())
 
 
 def session(turns: int, min_bytes: int, max_bytes: int, user: str = "") -> list[bytes]:
@@ -145,30 +114,6 @@ def send_session(client: httpx.Client, base: str, bodies: list[bytes]) -> list[f
     return out
 
 
-def start(argv: list[str], state: Path) -> tuple[subprocess.Popen[str], str]:
-    """Start a ``wiretape serve`` process (its replay logs under ``state``);
-    return it and the URL it printed."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "XDG_STATE_HOME": str(state)})
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if ": " not in line:
-        raise SystemExit(
-            f"wiretape did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
-    return proc, line.split(": ", 1)[1].strip().removesuffix("/v1")
-
-
-def stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    return out, err
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=50)
@@ -184,11 +129,7 @@ def main() -> None:
     parser.add_argument("--fresh-ids", action="store_true",
                         help="replay another run of the agent: its own session id in every "
                              "request (--allow ids; each decision is equivalent)")
-    parser.add_argument("--upstream-only", metavar="PORT_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.upstream_only:
-        serve_upstream(args.upstream_only)
-        return
     bodies = session(args.turns, args.min_kib * 1024, args.max_kib * 1024)
     # --fresh-ids: the replayed session is another run of the agent (its own
     # session id in every request): each decision is `equivalent` (ids).
@@ -196,36 +137,29 @@ def main() -> None:
             if args.fresh_ids else bodies)
     allow = ["--allow", "ids"] if args.fresh_ids else []
     tmp = Path(tempfile.mkdtemp(prefix="wiretape-bench-"))
-    port_file = tmp / "port"
-    up = subprocess.Popen([sys.executable, __file__, "--upstream-only", str(port_file)])
-    try:
-        while not port_file.exists() or not port_file.read_text():
-            time.sleep(0.02)
-        direct_url = f"http://127.0.0.1:{port_file.read_text()}"
-        wiretape = [sys.executable, "-m", "wiretape"]
+    state = {**os.environ, "XDG_STATE_HOME": str(tmp / "state")}
+    with upstream(ANSWER) as direct_url:
         run = tmp / "session.wtape"
         direct: list[list[float]] = []
         with httpx.Client(timeout=120) as client:
             send_session(client, direct_url, bodies[:3])  # warm-up
             for _ in range(args.rounds):
                 direct.append(send_session(client, direct_url, bodies))
-        rec, rec_url = start([*wiretape, "serve", "--record", "--upstream", direct_url + "/v1",
-                              "-o", str(run)], tmp / "state")
+        rec = wiretape(["serve", "--record", "--upstream", direct_url + "/v1", "-o", str(run)],
+                       env=state)
         with httpx.Client(timeout=120) as client:
-            send_session(client, rec_url, bodies)
-        stop(rec)
-    finally:
-        up.terminate()
+            send_session(client, rec.url, bodies)
+        rec.stop()
     replayed: list[list[float]] = []
     kinds: Counter[str] = Counter()
-    replaying = [sys.executable, "-c", WITHOUT_SCAN] if args.without_scan else wiretape
+    replaying = [sys.executable, "-c", WITHOUT_SCAN] if args.without_scan else None
     for _ in range(args.rounds):
-        rep, rep_url = start([*replaying, "serve", "--replay", str(run), "--diagnostic", *allow,
-                              "--json"], tmp / "state")
+        rep = wiretape(["serve", "--replay", str(run), "--diagnostic", *allow, "--json"],
+                       command=replaying, env=state)
         with httpx.Client(timeout=120) as client:
-            replayed.append(send_session(client, rep_url, live))
-        out, _ = stop(rep)
-        kinds.update(_kinds(out))
+            replayed.append(send_session(client, rep.url, live))
+        rep.stop()
+        kinds.update(_kinds(rep.out))
     base = [statistics.median(d[i] for d in direct) for i in range(len(bodies))]
     added = [r[i] - base[i] for r in replayed for i in range(len(bodies))]
     big = [r[i] - base[i] for r in replayed for i in range(len(bodies))
@@ -239,23 +173,23 @@ def main() -> None:
     print(f"direct round trip  p50 {statistics.median(x for d in direct for x in d):8.3f} ms")
     print(f"replay round trip  p50 {statistics.median(x for r in replayed for x in r):8.3f} ms")
     print(f"replay added       p50 {statistics.median(added):8.3f} ms   "
-          f"p99 {quantile(added, 0.99):8.3f} ms   (per request, direct subtracted)")
+          f"p99 {pct(added, 99):8.3f} ms   (per request, direct subtracted)")
     print(f"  requests >= {sizes[-1] // 2048} KiB: p50 {statistics.median(big):8.3f} ms   "
-          f"p99 {quantile(big, 0.99):8.3f} ms   ({len(big)} requests)")
+          f"p99 {pct(big, 99):8.3f} ms   ({len(big)} requests)")
     if args.without_scan:
         print("(replayed without the redaction scan of live text: --without-scan)")
     print(f"redaction scan of the live request (in this process, same code): "
           f"p50 {statistics.median(scans):8.3f} ms   max {max(scans):8.3f} ms")
     if not args.without_scan:
         print(f"replay added less that scan p50 {statistics.median(rest):8.3f} ms   "
-              f"p99 {quantile(rest, 0.99):8.3f} ms")
+              f"p99 {pct(rest, 99):8.3f} ms")
     print(f"replay decisions: {dict(kinds)}")
     if args.in_process:
         own = [t for _ in range(args.rounds)
                for t in asyncio.run(replayer_times(run, live, args.without_scan,
                                                    args.fresh_ids))]
         print(f"replayer's own work (in process, no sockets): p50 {statistics.median(own):8.3f} "
-              f"ms   p99 {quantile(own, 0.99):8.3f} ms   ({len(own)} requests)")
+              f"ms   p99 {pct(own, 99):8.3f} ms   ({len(own)} requests)")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,17 +28,11 @@ import time
 from pathlib import Path
 
 import httpx
+from common import wiretape
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = ROOT / "tests" / "support" / "big_stream.py"
 MIB = 1024 * 1024
-
-
-def status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {field} for {pid}")
 
 
 def env(spool_at: int | None) -> dict[str, str]:
@@ -55,18 +48,15 @@ def one_run(upstream: str, size: int, spool_at: int | None, work: Path,
             ) -> tuple[int, int, float, bool]:
     """(RSS before in KiB, peak RSS in KiB, seconds, body read back equal)."""
     run = work / f"run-{spool_at or 'default'}.wtape"
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "wiretape", "serve", "--record", "--port", "0", "-o", str(run),
-         "--upstream", f"openai={upstream}/v1"],
-        env=env(spool_at), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=work)
+    serve = wiretape(["serve", "--record", "--port", "0", "-o", str(run), "--upstream",
+                      f"openai={upstream}/v1"], env=env(spool_at), cwd=work)
     try:
-        assert serve.stdout is not None
-        base = serve.stdout.readline().decode().split(": ", 1)[1].strip()
+        base = serve.url + "/v1"
         digest = hashlib.sha256()
         with httpx.Client(timeout=600, trust_env=False) as client:
             client.post(f"{base}/warm-up", content=b"{}", headers={"x-size": "0"})
             time.sleep(1)
-            before = status_kib(serve.pid, "VmRSS")
+            before = serve.rss()["VmRSS"] // 1024
             started = time.monotonic()
             with client.stream("POST", f"{base}/chat/completions", content=b"{}") as resp:
                 got = 0
@@ -74,12 +64,9 @@ def one_run(upstream: str, size: int, spool_at: int | None, work: Path,
                     digest.update(piece)
                     got += len(piece)
             elapsed = time.monotonic() - started
-        peak = status_kib(serve.pid, "VmHWM")
-        serve.send_signal(signal.SIGINT)
-        serve.wait(300)
+        peak = serve.rss()["VmHWM"] // 1024
     finally:
-        if serve.poll() is None:
-            serve.kill()
+        serve.stop(timeout=300)
     sys.path.insert(0, str(ROOT / "src"))
     from wiretape.store.runfile import open_run
 
