@@ -110,3 +110,36 @@ def test_help_loads_none_of_the_engine(args: list[str]) -> None:
              if line.startswith("import time:") and "|" in line]
     assert "wiretape.cli.main" in names
     assert _loaded(names, ENGINE) == []
+
+
+def test_a_recorder_loads_its_machinery_before_the_first_exchange(tmp_path: Path) -> None:
+    """``Recorder.warm_up`` (run before the proxy listens) loads what the
+    first connection upstream would otherwise load on the event loop while
+    the agent waits (about 100 ms): anyio's asyncio backend and the
+    worker threads. Without it none of these is loaded at that point."""
+    code = f"""
+import asyncio, json, sys
+from pathlib import Path
+from wiretape.model import RunInfo
+from wiretape.proxy.record import Recorder
+from wiretape.store.runfile import RunFile
+
+async def main():
+    run = RunFile.create(Path({str(tmp_path / 'run.wtape')!r}), RunInfo(
+        run_id="run_warm", wiretape_version="0", argv=(), cwd="/", env_names=(), origins=(),
+        started_at_ns=0))
+    recorder = Recorder(run)
+    await recorder.warm_up()
+    print(json.dumps(sorted(sys.modules)))
+    await recorder.aclose()
+    run.close()
+
+asyncio.run(main())
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert _loaded(loaded, ("anyio._backends._asyncio", "anyio.to_thread",
+                            "concurrent.futures.thread")) == [
+        "anyio._backends._asyncio", "anyio.to_thread", "concurrent.futures.thread"]

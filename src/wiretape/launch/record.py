@@ -393,6 +393,7 @@ async def _prepare_record(
 
     recorder = Recorder(run, options=upstream_options, rules=rules, on_exchange=on_exchange)
     stack.push_async_callback(recorder.aclose)
+    await recorder.warm_up()
     session = _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run,
                          recorder, listeners, connect, origins, env, names, snapshot_ids,
                          made_for_run, rules=rules, policy=snapshot_policy,

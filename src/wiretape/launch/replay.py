@@ -495,6 +495,7 @@ async def _prepare_replay(
                     recorded_span=recorded_span(info))
     replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=stopping,
                         on_decision=on_decision, redactor=live_redactor(run))
+    await asyncio.to_thread(int)  # its worker threads start now, not on the first request
     isolated = (isolate.prepare(launch.isolation, os.environ)
                 if launch.isolation is not None and command is not None else None)
     if isolated is not None:

@@ -92,6 +92,13 @@ class Recorder:
         #: the first failed write; once set, nothing more is forwarded or stored
         self.write_failure: RunFileWriteError | None = None
 
+    async def warm_up(self) -> None:
+        """Make the first exchange as cheap as the next (the upstream
+        client's first connection loads its machinery): call before the
+        proxy listens."""
+        await self._client.warm_up()
+        await asyncio.to_thread(int)  # the loop's worker threads (redaction, commits)
+
     async def aclose(self) -> None:
         """Wait for every exchange to be committed and its bodies compressed
         (``RunFile.settle``, on a worker thread), then close the client."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import anyio
+import anyio.to_thread
 import httpx
 
 from wiretape.model import Request
@@ -35,6 +37,14 @@ class UpstreamClient:
         self._transport = httpx.AsyncHTTPTransport(
             verify=(options or UpstreamOptions()).verify(), trust_env=False,
             limits=httpx.Limits(max_connections=200, max_keepalive_connections=50))
+
+    async def warm_up(self) -> None:
+        """Load now what the first connection would otherwise load on the
+        event loop while an agent waits (anyio's asyncio backend and its
+        worker thread, which resolves names: about 100 ms), so the first
+        exchange costs what the next ones do."""
+        anyio.current_time()
+        await anyio.to_thread.run_sync(int)
 
     async def send(self, request: httpx.Request) -> httpx.Response:
         """The origin's response, its body not read yet (``aiter_raw``, then
