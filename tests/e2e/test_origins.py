@@ -158,7 +158,14 @@ def test_every_variable_has_exactly_one_verifier() -> None:
     assert {spec.name for spec in KNOWN_ORIGINS} >= {v.origin for v in VERIFIERS.values()}
 
 
-@pytest.mark.parametrize(("spec", "variable"), ROWS, ids=[f"{s.name}-{v}" for s, v in ROWS])
+#: LiteLLM takes seconds to import: its row is a long scenario (`make test-slow`).
+_SLOW_VARIABLES = frozenset({"OPENAI_API_BASE"})
+
+
+@pytest.mark.parametrize(("spec", "variable"), [
+    pytest.param(s, v, id=f"{s.name}-{v}",
+                 marks=[pytest.mark.slow] if v in _SLOW_VARIABLES else [])
+    for s, v in ROWS])
 def test_library_honours_variable(tmp_path: Path, spec: OriginSpec, variable: str) -> None:
     verifier = VERIFIERS.get(variable)
     if verifier is None:

@@ -626,7 +626,13 @@ def test_client_direct(spec: CaseSpec) -> None:
     chk.done()
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+#: Cases whose record and replay take longest (recorded stalls): long
+#: scenarios, run by `make test-slow`.
+_LONG_CASES = frozenset({"B01"})
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=[pytest.mark.slow] if c in _LONG_CASES else []) for c in sorted(CASES)])
 def test_case(case: str, tmp_path: Path, cli: None) -> None:
     """Record, replay, and check U1-U8 and the case's own expectations."""
     spec = CASES[case]
