@@ -10,6 +10,7 @@ from its first MiB, so the tests stay quick."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -379,3 +380,30 @@ def test_a_stop_mid_stream_keeps_what_the_agent_got_of_a_spooled_response(
         assert parts(run) == (listed - 4) // 8
     finally:
         db.close()
+
+
+def test_a_long_coded_response_is_held_whole_and_redacted_decoded(tmp_path: Path) -> None:
+    """A gzip-coded stream far over the spool threshold: redaction reads a
+    coded body decoded and codes it again whole, so it is not spooled, and
+    no key reaches the run file in its decoded form either."""
+    size = 14 * MIB  # three keys, one in each 6.4 MB of events
+    run = tmp_path / "gzip.wtape"
+    with BigStream(size) as up, Serve(tmp_path, "--record", "--port", "0", "-o", str(run),
+                                      "--upstream", f"openai={up.url}/v1",
+                                      spool_at=64 * 1024) as serve:
+        with httpx.Client(timeout=120, trust_env=False) as client, client.stream(
+                "POST", f"{serve.url}/chat/completions", content=b'{"stream": true}',
+                headers={"x-size": str(size), "x-gzip": "1"}) as resp:
+            assert resp.headers["content-encoding"] == "gzip"
+            got = b"".join(resp.iter_bytes())
+        assert serve.stop() == 0
+    keys = got.count(b"sk-proj-")
+    assert got == b"".join(stream_body(size)) and keys >= 2
+    with open_run(run) as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.response is not None
+    stored = gzip.decompress(exchange.response.body)
+    assert len(exchange.response.body) > 4 * 64 * 1024  # coded, still far over the threshold
+    assert len(stored) == size and b"sk-proj-" not in stored
+    assert stored.count(b"<redacted") == keys
+    assert parts(run) == 0

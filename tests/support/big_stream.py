@@ -1,6 +1,8 @@
 """A raw HTTP/1.1 upstream that answers every request with one long
 chunked server-sent-event stream, for recording a response too large to
-hold in memory. A request's ``x-size`` header sets its stream's length.
+hold in memory. A request's ``x-size`` header sets its stream's length;
+``x-gzip: 1`` asks for it coded with gzip (``Content-Encoding``), each
+piece flushed so the client can decode it as it comes.
 
 The stream's bytes are a function of its length (:func:`stream_body`), so
 a test knows them without keeping a copy of what was sent. Every
@@ -19,6 +21,7 @@ import hashlib
 import socket
 import sys
 import threading
+import zlib
 from collections.abc import Iterator
 from types import TracebackType
 
@@ -100,29 +103,38 @@ class BigStream:
                 return False
             data += more
         head, _, rest = data.partition(b"\r\n\r\n")
-        length, total = 0, self.total
+        length, total, gzip = 0, self.total, False
         for line in head.split(b"\r\n")[1:]:
             name, _, value = line.partition(b":")
             if name.strip().lower() == b"content-length":
                 length = int(value)
             elif name.strip().lower() == b"x-size":  # this request's stream length
                 total = int(value)
+            elif name.strip().lower() == b"x-gzip":
+                gzip = value.strip() == b"1"
         while len(rest) < length:
             more = conn.recv(65536)
             if not more:
                 return False
             rest += more
         self.requests += 1
+        coder = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None
         conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                     b"transfer-encoding: chunked\r\n\r\n")
+                     + (b"content-encoding: gzip\r\n" if gzip else b"")
+                     + b"transfer-encoding: chunked\r\n\r\n")
         sent = 0
-        for piece in stream_body(total):
+        for plain in stream_body(total):
+            piece = (plain if coder is None
+                     else coder.compress(plain) + coder.flush(zlib.Z_SYNC_FLUSH))
             if self.pause_after is not None and sent >= self.pause_after:
                 self.paused.set()
                 self.release.wait(120)
                 return False  # cut off: the client never sees this stream end
             conn.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
-            sent += len(piece)
+            sent += len(plain)
+        if coder is not None:
+            last = coder.flush()
+            conn.sendall(b"%x\r\n%b\r\n" % (len(last), last))
         conn.sendall(b"0\r\n\r\n")
         return True
 

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -37,7 +38,7 @@ from wiretape.proxy import upstream
 from wiretape.proxy.hop import ClientHead, Framing
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response, unreachable_response
-from wiretape.proxy.spool import DEFAULT_SPOOL_AT, Gathered, Spool
+from wiretape.proxy.spool import DEFAULT_SPOOL_AT, Gathered, Spool, may_spool
 from wiretape.redaction import (
     STANDARD,
     Facts,
@@ -165,7 +166,8 @@ class Recorder:
             client_ok = True
             left: int | None = None  # bytes until a Content-Length body ends
             held = b""  # its last frame, sent whole once the exchange is committed
-            gathered = Gathered(self._spool_at, lambda: Spool(self._run, self._rules, raw_headers))
+            gathered = Gathered(self._spool_at if may_spool(raw_headers) else sys.maxsize,
+                                lambda: Spool(self._run, self._rules))
             try:
                 head = await conn.send_head(origin_resp.status_code, reason, raw_headers)
                 left = _declared_length(head)

@@ -141,22 +141,13 @@ def _drop_edge(items: list[Redaction], window: bytes, masked: bytes,
 class Spool:
     """A response body being staged in parts in ``run``: each batch
     :meth:`put` is redacted and written as a part by a worker task, in
-    order. ``headers``: the response's (a coded body is noted as such).
+    order (never a coded body: :func:`may_spool`).
     Create it on the event loop; :meth:`close` it before :meth:`finish`."""
 
-    def __init__(self, run: RunFile, rules: Rules, headers: Headers, *, batches: int = 2) -> None:
+    def __init__(self, run: RunFile, rules: Rules, *, batches: int = 2) -> None:
         self.token = secrets.token_hex(16)
         self._run = run
         self._redactor = StreamRedactor(rules, "response-body")
-        applied = codings.parse(header_values(headers, b"content-encoding"))
-        self._notes: list[Redaction] = []
-        if applied:
-            # Too large to decode and code again in memory: its bytes are
-            # scanned as they came, its decoded form is not, and the run says so.
-            note = Facts()
-            note.add("response-body", "unscanned:" + ",".join(
-                c.decode("latin-1") for c in applied), b"")
-            self._notes = note.items
         self._queue: asyncio.Queue[list[bytes] | None] = asyncio.Queue(maxsize=batches)
         self._sizes: list[int] = []
         self._sha = hashlib.sha256()
@@ -213,7 +204,16 @@ class Spool:
             raise self._error
         self._write(self._redactor.flush())
         return (SpooledBody(self.token, tuple(self._sizes), self._sha.hexdigest()),
-                self._notes + self._redactor.facts)
+                self._redactor.facts)
+
+
+def may_spool(headers: Headers) -> bool:
+    """Whether a response with these headers may be spooled: not one whose
+    body is coded (``Content-Encoding``: gzip, deflate, zstd, br), which
+    redaction reads decoded, and codes again when it masked a secret
+    (``redaction.redact_pieces``): that is done on the whole body, so such
+    a response is held whole whatever its length."""
+    return not codings.parse(header_values(headers, b"content-encoding"))
 
 
 class Gathered:
