@@ -407,3 +407,11 @@ def test_a_long_coded_response_is_held_whole_and_redacted_decoded(tmp_path: Path
     assert len(stored) == size and b"sk-proj-" not in stored
     assert stored.count(b"<redacted") == keys
     assert parts(run) == 0
+
+
+def test_show_says_no_command_ran_for_a_served_recording(small_spooled: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "wiretape", "show", str(small_spooled)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "exit status: none (no command ran)" in done.stdout
+    assert "None" not in done.stdout

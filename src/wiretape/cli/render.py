@@ -236,7 +236,8 @@ def run_heading(info: RunInfo, path: str) -> list[str]:
     by = [f"  recorded by: {printable(str(user))} on {printable(str(host))}"] if user else []
     return [f"run {printable(info.run_id)}  {printable(path)}", f"  command: {argv}",
             f"  cwd: {printable(info.cwd)}", *by,
-            f"  started: {when(info.started_at_ns)}  exit status: {info.exit_status}",
+            f"  started: {when(info.started_at_ns)}  exit status: "
+            f"{'none (no command ran)' if info.exit_status is None else info.exit_status}",
             f"  origins: {origins}"]
 
 

@@ -326,7 +326,8 @@ class Recorder:
         self.stats.body_bytes += len(stored.request.body) + response_bytes
         if exchange.ending is not Ending.COMPLETE:
             self.stats.failures.append(
-                f"#{exchange.seq} {exchange.ending.value}: {stored.error or ''}"
+                f"#{exchange.seq} {exchange.ending.value}"
+                + (f": {stored.error}" if stored.error else "")
             )
         if self._on_exchange is not None:
             self._on_exchange(stored)
