@@ -524,28 +524,47 @@ class RunFile:
         made it (stored so when its dictionary is as it was, else raw).
         Raises RunFileWriteError.
         """
-        req, resp = exchange.request, exchange.response
+        resp = exchange.response
         resp_body = b"".join([f.data for f in resp.frames]) if resp is not None else b""
+
+        def put_response(db: sqlite3.Connection,
+                         later: list[tuple[str, bytes, blobs.Reference | None]]) -> str | None:
+            if resp is None:
+                return None
+            if compress_later and len(resp_body) < _COMPRESS_NOW:
+                # small: compressed at once costs less than a later transaction
+                return blobs.put(db, resp_body, packer=self._background_packer)
+            if compress_later:
+                digest = blobs.blob_hash(resp_body)
+                if blobs.put_raw(db, resp_body, digest):
+                    later.append((digest, resp_body, None))
+                return digest
+            return blobs.put(db, resp_body, packer=self._packer)
+
+        frames = ((f.offset_ns, len(f.data)) for f in resp.frames) if resp is not None else ()
+        self._commit(exchange, redactions, put_response, frames, len(resp_body), compress_later,
+                     request_digest, request_packed)
+
+    def _commit(self, exchange: Exchange, redactions: Sequence[Redaction],
+                put_response: Callable[[sqlite3.Connection,
+                                        list[tuple[str, bytes, blobs.Reference | None]]],
+                                       str | None],
+                frames: Iterable[tuple[int, int]], response_bytes: int, compress_later: bool,
+                digest: str | None, packed: blobs.Packed | None) -> None:
+        """One exchange in one transaction: its request body (as
+        :meth:`write_exchange` says), its response body (``put_response``,
+        which adds what it committed raw to the list it is given), its row,
+        frames and redactions. Raises RunFileWriteError."""
         later: list[tuple[str, bytes, blobs.Reference | None]] = []
         if compress_later:
             self._defer_checkpoints()
         with self._write() as db:
-            req_blob, written = self._put_request(db, req, later, compress_later,
-                                                  request_digest, request_packed)
-            if compress_later and resp is not None and len(resp_body) < _COMPRESS_NOW:
-                # small: compressed at once costs less than a later transaction
-                resp_blob: str | None = blobs.put(db, resp_body, packer=self._background_packer)
-            elif compress_later and resp is not None:
-                resp_blob = blobs.blob_hash(resp_body)
-                if blobs.put_raw(db, resp_body, resp_blob):
-                    later.append((resp_blob, resp_body, None))
-            else:
-                resp_blob = (blobs.put(db, resp_body, packer=self._packer)
-                             if resp is not None else None)
-            frames: Iterable[tuple[int, int]] = (
-                ((f.offset_ns, len(f.data)) for f in resp.frames) if resp is not None else ())
+            req_blob, written = self._put_request(db, exchange.request, later, compress_later,
+                                                  digest, packed)
+            resp_blob = put_response(db, later)
             _insert_exchange(db, exchange, req_blob, resp_blob, frames, redactions)
-        self._committed(req_blob, req.body, later, compress_later, written + len(resp_body))
+        self._committed(req_blob, exchange.request.body, later, compress_later,
+                        written + response_bytes)
 
     def _defer_checkpoints(self) -> None:
         """From the first ``compress_later`` write on, checkpoints are the
@@ -690,18 +709,11 @@ class RunFile:
         order, their lengths adding up to ``body.size``. The request body
         is stored as :meth:`write_exchange` stores it (``compress_later``,
         ``request_digest``, ``request_packed``). Raises RunFileWriteError."""
-        req, resp = exchange.request, exchange.response
-        if resp is None:
+        if exchange.response is None:
             raise ValueError("a spooled body belongs to a response")
-        later: list[tuple[str, bytes, blobs.Reference | None]] = []
-        if compress_later:
-            self._defer_checkpoints()
-        with self._write() as db:
-            req_blob, written = self._put_request(db, req, later, compress_later,
-                                                  request_digest, request_packed)
-            resp_blob = blobs.put_parts(db, body.sha256, body.token, list(body.sizes))
-            _insert_exchange(db, exchange, req_blob, resp_blob, frames, redactions)
-        self._committed(req_blob, req.body, later, compress_later, written)
+        self._commit(exchange, redactions,
+                     lambda db, _: blobs.put_parts(db, body.sha256, body.token, list(body.sizes)),
+                     frames, 0, compress_later, request_digest, request_packed)
 
     def sweep(self, keep: set[str] | frozenset[str] = frozenset()) -> int:
         """Delete staged parts no committed body names (a recording killed
