@@ -758,12 +758,14 @@ def redact_response(response: Response,
     return replace(response, headers=headers, frames=frames), facts.items
 
 
-def redact_exchange(exchange: Exchange,
-                    rules: Rules = STANDARD) -> tuple[Exchange, list[Redaction]]:
+def redact_exchange(exchange: Exchange, rules: Rules = STANDARD, *,
+                    redacted: tuple[Request, list[Redaction]] | None = None,
+                    ) -> tuple[Exchange, list[Redaction]]:
     """The exchange as it is stored: request, response and error text
-    redacted. CPU work (a coded body is undone and done again): the
-    recorder calls it off the event loop."""
-    request, facts = redact_request(exchange.request, rules)
+    redacted. ``redacted``: the request already redacted (and its facts),
+    as :func:`redact_request` gave it. CPU work (a coded body is undone
+    and done again): the recorder calls it off the event loop."""
+    request, facts = redacted or redact_request(exchange.request, rules)
     response = exchange.response
     if response is not None:
         response, more = redact_response(response, rules)

@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -39,14 +39,7 @@ from wiretape.proxy.hop import ClientHead, Framing
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.spool import DEFAULT_SPOOL_AT, Gathered, Spool, may_spool
-from wiretape.redaction import (
-    STANDARD,
-    Facts,
-    Rules,
-    redact_request,
-    redact_response,
-    redact_str,
-)
+from wiretape.redaction import STANDARD, Rules, redact_exchange, redact_request
 from wiretape.store.blobs import Packed, blob_hash
 from wiretape.store.runfile import RunFile
 
@@ -284,20 +277,14 @@ class Recorder:
         spooled response without its frames) and its response body's
         bytes."""
         request, facts, digest, packed = prepared or self._prepare(exchange.request)
-        response = exchange.response
-        spool = body.spool if body is not None else None
-        if response is not None:  # (a spooled one: its headers; its parts are redacted)
-            response, more = redact_response(response, self._rules)
-            facts = facts + more
-        error = exchange.error
-        if error is not None:
-            error = redact_str(error, "error", self._rules, Facts(facts))
-        stored = replace(exchange, request=request, response=response, error=error)
-        if body is None or spool is None:
+        # (a spooled response: its headers; its parts are redacted already)
+        stored, facts = redact_exchange(exchange, self._rules, redacted=(request, facts))
+        if body is None or body.spool is None:
             self._run.write_exchange(stored, facts, compress_later=True, request_digest=digest,
                                      request_packed=packed)
+            response = stored.response
             return stored, sum(len(f.data) for f in response.frames) if response else 0
-        staged, more = spool.finish()
+        staged, more = body.spool.finish()
         self._run.write_spooled_exchange(stored, facts + more, staged, body.frame_rows(),
                                          compress_later=True, request_digest=digest,
                                          request_packed=packed)
@@ -320,11 +307,10 @@ class Recorder:
                 self.write_failure = RunFileWriteError(self._run.path, write_failure_reason(exc))
                 self.stats.not_saved += 1
                 return
-        if exchange.ending is not Ending.COMPLETE:  # (else once its end is sent)
-            self._run.start_compressing()
         self.stats.exchanges += 1
         self.stats.body_bytes += len(stored.request.body) + response_bytes
         if exchange.ending is not Ending.COMPLETE:
+            self._run.start_compressing()  # (a complete one: once its end is sent)
             self.stats.failures.append(
                 f"#{exchange.seq} {exchange.ending.value}"
                 + (f": {stored.error}" if stored.error else "")
