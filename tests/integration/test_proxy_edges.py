@@ -427,6 +427,60 @@ def test_running_out_of_descriptors_is_said_once(upstream, tmp_path):
         assert [e.request.target for e in rf.exchanges()] == [b"/v1/after"]
 
 
+_CLOSE_WHILE_STARVED = """
+import asyncio, errno, os, resource, socket, sys
+from wiretape.proxy.server import Listeners
+
+
+async def main():
+    listeners = Listeners()
+    port = await listeners.listen(0, lambda conn_id: None)
+    resource.setrlimit(resource.RLIMIT_NOFILE,
+                       (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    fillers = []
+    while True:  # take every descriptor but one, which the client takes
+        try:
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError as exc:
+            assert exc.errno == errno.EMFILE, exc
+            break
+    os.close(fillers.pop())
+    client = socket.socket()
+    client.setblocking(False)
+    try:
+        client.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    while not listeners.faults["accept_out_of_resources"]:
+        await asyncio.sleep(0.005)
+    await listeners.close()  # before asyncio's retry of the accept is due
+    await asyncio.sleep(2.5)  # the loop runs on past it
+    print("starved", listeners.faults["accept_out_of_resources"], "then closed")
+
+
+asyncio.run(main())
+"""
+
+
+def test_listener_closed_while_accept_retry_pending_says_nothing_more(tmp_path):
+    """asyncio retries an accept that failed for want of descriptors one
+    second later, by a timer nobody can cancel; a listener closed within
+    that second (SIGINT at the wrong moment) must not let that retry print
+    a traceback once it comes due on the closed socket."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    run_env = env()
+    run_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), run_env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", _CLOSE_WHILE_STARVED], cwd=tmp_path,
+                          env=run_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("starved "), done.stdout
+    assert done.stdout.endswith(" then closed\n"), done.stdout
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("wiretape: cannot accept connections: OSError: [Errno 24]")
+    assert "Traceback" not in done.stderr and "Exception in callback" not in done.stderr
+
+
 def test_body_over_max_body_gets_413(upstream, tmp_path):
     port, run = free_port(), tmp_path / "capped.wtape"
     wt = Wiretape(tmp_path, "record", "--max-body", "1000", "--port", str(port), "-o", str(run),

@@ -101,7 +101,10 @@ class Listeners:
 
     def _owns(self, thing: object) -> bool:
         """Whether ``thing`` (a socket, transport or protocol the loop
-        reports about) is one of these listeners' or their connections'."""
+        reports about, or an ``asyncio.Server``) is one of these listeners'
+        or their connections'."""
+        if any(thing is server for server in self._servers):
+            return True
         fileno = getattr(thing, "fileno", None)
         if fileno is not None and not isinstance(thing, asyncio.BaseTransport):
             with contextlib.suppress(OSError, ValueError):
