@@ -42,9 +42,11 @@ class Workspace:
         self.store = root / "store"
         self.run = self.store / "runs" / f"{RUN_ID}.wtape"
 
-    def wiretape(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    def wiretape(self, *args: str, timeout: float = 30,
+                 extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=self.root,
-                              env=env(self.store), capture_output=True, text=True, timeout=timeout)
+                              env=env(self.store) | (extra_env or {}), capture_output=True,
+                              text=True, timeout=timeout)
 
     def snapshot(self) -> dict[str, object]:
         """What is recorded: the files in the store (no new ones, no leftover
@@ -290,6 +292,32 @@ def test_record_command_not_executable(ws):
 def test_replay_command_not_found(ws):
     one_line_error(ws.wiretape("replay", RUN_ID, "--", "wiretape-no-such-command"),
                    "wiretape-no-such-command")
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "1e6", "8MiB", "65535", "1000", "0"])
+@pytest.mark.parametrize("command", ["record", "serve"])
+def test_bad_spool_bytes(ws, value, command):
+    """A bad WIRETAPE_SPOOL_BYTES (not a whole number of bytes, or below the
+    64 KiB floor) is refused at start-up, before any agent starts or any
+    run file is made."""
+    marker = ws.root / "agent-started"
+    args = (["record", "--upstream", "openai=http://127.0.0.1:9/v1", "--", "sh", "-c",
+             f"touch {marker}"] if command == "record" else
+            ["serve", "--record", "--upstream", "http://127.0.0.1:9/v1"])
+    line = one_line_error(ws.wiretape(*args, extra_env={"WIRETAPE_SPOOL_BYTES": value}),
+                          "WIRETAPE_SPOOL_BYTES", value, "65536")
+    assert ("below the least" in line) == value.isdigit(), line
+    assert not marker.exists()
+    assert not list(ws.root.glob("*.wtape")) and not (ws.root / ".wiretape").exists()
+
+
+def test_spool_bytes_at_the_floor_records(ws):
+    done = ws.wiretape("record", "-o", str(ws.root / "floor.wtape"), "--upstream",
+                       "openai=http://127.0.0.1:9/v1", "--", "true",
+                       extra_env={"WIRETAPE_SPOOL_BYTES": "65536"})
+    assert done.returncode == 0, done.stderr
+    assert (ws.root / "floor.wtape").exists()
+    (ws.root / "floor.wtape").unlink()
 
 
 @pytest.mark.parametrize("command", [["replay", RUN_ID, "--strict", "--diagnostic", "--", "true"],

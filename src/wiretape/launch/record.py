@@ -37,6 +37,7 @@ from wiretape.launch.intercept import (
     proxy_environment,
 )
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins
+from wiretape.limits import spool_bytes
 from wiretape.model import DEFAULT_MAX_BODY, ConnectReportJSON, Exchange, Origin, RunInfo
 from wiretape.origins import UpstreamOptions, key_variables, parse_upstream
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
@@ -44,6 +45,7 @@ from wiretape.proxy.http1 import ErrorBody, Handler, plain_error
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
+from wiretape.proxy.spool import DEFAULT_SPOOL_AT
 from wiretape.redaction import (
     STANDARD,
     Facts,
@@ -309,6 +311,10 @@ async def _prepare_record(
     half-made behind. Each resource is entered into ``stack`` as it is
     acquired."""
     upstream_options.verify()  # a bad --upstream-ca is a usage error before anything starts
+    try:  # so is a bad WIRETAPE_SPOOL_BYTES
+        spool_at = spool_bytes(os.environ, DEFAULT_SPOOL_AT)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     planned = ([] if intercept is not None else
                plan_origins(upstreams, ports, include_known=argv is not None))
     if argv is not None:
@@ -391,7 +397,8 @@ async def _prepare_record(
         if session is not None:
             session.count_status(exchange)
 
-    recorder = Recorder(run, options=upstream_options, rules=rules, on_exchange=on_exchange)
+    recorder = Recorder(run, options=upstream_options, rules=rules, on_exchange=on_exchange,
+                        spool_at=spool_at)
     stack.push_async_callback(recorder.aclose)
     await recorder.warm_up()
     session = _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run,

@@ -320,9 +320,15 @@ class Recorder:
 
 
 def _spool_at_from_env() -> int:
-    """``WIRETAPE_SPOOL_BYTES`` (bytes, at least 64 KiB), else the default."""
-    value = os.environ.get("WIRETAPE_SPOOL_BYTES", "")
-    return max(64 * 1024, int(value)) if value.strip().isdigit() else DEFAULT_SPOOL_AT
+    """``WIRETAPE_SPOOL_BYTES`` (bytes, at least 64 KiB), else the default.
+    Raises UsageError for a value that is not that (``limits.spool_bytes``)."""
+    from wiretape.errors import UsageError
+    from wiretape.limits import spool_bytes
+
+    try:
+        return spool_bytes(os.environ, DEFAULT_SPOOL_AT)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _retrieve(future: asyncio.Future[Prepared]) -> None:
