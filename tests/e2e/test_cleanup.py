@@ -171,6 +171,59 @@ def test_a_replay_removes_its_sandbox_and_keep_keeps_it(ws: tuple[Path, Path, Pa
     assert any(p.name == "notes.txt" for p in kept.rglob("*"))
 
 
+def in_wal_mode(run: Path) -> bytes:
+    """Put ``run`` in WAL mode, as a recording that could not fold it back
+    leaves it (nothing beside it); its bytes then."""
+    db = sqlite3.connect(run)
+    try:
+        assert db.execute("PRAGMA journal_mode = WAL").fetchone() == ("wal",)
+    finally:
+        db.close()
+    assert run.read_bytes()[18:20] == b"\x02\x02"
+    assert sorted(p.name for p in run.parent.iterdir()) == ["run.wtape", "tmp"]
+    return run.read_bytes()
+
+
+def test_a_replay_of_a_wal_mode_run_leaves_nothing_beside_it(ws: tuple[Path, Path, Path]) -> None:
+    project, run, tmpdir = ws
+    before = in_wal_mode(run)
+    done = wiretape_cli("replay", str(run), cwd=project, tmpdir=tmpdir)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in run.parent.iterdir()) == ["run.wtape", "tmp"]
+    assert run.read_bytes() == before
+
+
+def test_serve_replay_of_a_wal_mode_run_stopped_by_sigint_leaves_nothing_beside_it(
+        ws: tuple[Path, Path, Path]) -> None:
+    project, run, tmpdir = ws
+    before, port = in_wal_mode(run), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env.update(PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1", TMPDIR=str(tmpdir))
+    proc = subprocess.Popen([sys.executable, "-m", "wiretape", "serve", "--replay", str(run),
+                             "--port", f"openai={port}"], cwd=project, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        assert line.startswith(f"openai: http://127.0.0.1:{port}/"), line
+        # Answered: the run is open, and SIGINT is handled (set once listening).
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            assert conn.recv(12).startswith(b"HTTP/1.1 ")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # 3: the request was not in the recording, the recorded exchange unused
+    assert proc.returncode == 3, err
+    assert b"Traceback" not in err and b"interrupted" not in err, err
+    assert sorted(p.name for p in run.parent.iterdir()) == ["run.wtape", "tmp"]
+    assert run.read_bytes() == before
+
+
 def test_a_replay_refused_after_its_sandbox_was_restored_leaves_nothing(
         ws: tuple[Path, Path, Path]) -> None:
     project, run, tmpdir = ws

@@ -54,6 +54,38 @@ def test_round_trip(tmp_path: Path) -> None:
     assert second.response is None and second.ending is Ending.ORIGIN_UNREACHABLE
 
 
+def test_reading_a_wal_mode_run_leaves_nothing_beside_it(tmp_path: Path) -> None:
+    """A run left in WAL mode (its writer closed without folding it back):
+    a read-only reader would make -shm and -wal files beside it that it
+    cannot remove; with no WAL to read it reads the file as immutable."""
+    path = tmp_path / "r.wtape"
+    run = RunFile.create(path, INFO)
+    run.write_exchange(exchange(0, b"{}"))
+    run.close()  # not compacted: the header stays in WAL mode
+    assert path.read_bytes()[18:20] == b"\x02\x02"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.wtape"]
+    before = path.read_bytes()
+    with open_run(path, replay_logs=tmp_path / "logs") as again:
+        assert [e.seq for e in again.exchanges()] == [0]
+        assert again.replays() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.wtape"]
+    assert path.read_bytes() == before
+
+
+def test_a_wal_mode_run_with_its_wal_beside_it_is_read_through_it(tmp_path: Path) -> None:
+    """While a writer holds it (or after one was killed), what is committed
+    is partly in the -wal file: a reader reads through it."""
+    path = tmp_path / "r.wtape"
+    run = RunFile.create(path, INFO)
+    try:
+        run.write_exchange(exchange(0, b"{}"))
+        assert Path(f"{path}-wal").exists()
+        with open_run(path, replay_logs=tmp_path / "logs") as again:
+            assert [e.seq for e in again.exchanges()] == [0]
+    finally:
+        run.close(compact=True)
+
+
 def test_growing_conversation_costs_about_its_new_bytes(tmp_path: Path) -> None:
     import os
 

@@ -42,12 +42,18 @@ def connect_read(path: Path) -> sqlite3.Connection:
     """A read-only connection to ``path``: SQLite opens the file read-only
     (``mode=ro``), so nothing done through it can change the file.
 
-    A file in a directory that cannot be written, whose journal mode is
-    WAL, cannot be opened read-only by SQLite (it needs a ``-shm`` file
-    beside it); when no ``-wal`` file is there, nothing can be lost by
-    reading it as immutable, and it is. Raises sqlite3.Error.
+    A file whose journal mode is WAL makes SQLite put a ``-shm`` (and an
+    empty ``-wal``) file beside it for any reader, which a read-only
+    connection cannot remove when it closes, and cannot make at all in a
+    directory that cannot be written. When no ``-wal`` file is there (no
+    writer has the file open, none was killed while writing it), nothing
+    can be lost by reading it as immutable, and it is: a reader then leaves
+    nothing beside the file. With a ``-wal`` beside it, it is read through
+    that as SQLite reads it. Raises sqlite3.Error.
     """
     uri = path.absolute().as_uri()
+    if _in_wal_mode(path) and not Path(f"{path}-wal").exists():
+        return _connect_immutable(uri)
     db = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False,
                          isolation_level=None, timeout=BUSY_TIMEOUT_S)
     try:
@@ -56,13 +62,29 @@ def connect_read(path: Path) -> sqlite3.Connection:
         db.close()
         if any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-journal")):
             raise
-        db = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False,
-                             isolation_level=None, timeout=BUSY_TIMEOUT_S)
-        try:
-            return _probe(_harden(db))
-        except BaseException:
-            db.close()
-            raise
+        return _connect_immutable(uri)
+
+
+def _connect_immutable(uri: str) -> sqlite3.Connection:
+    db = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False,
+                         isolation_level=None, timeout=BUSY_TIMEOUT_S)
+    try:
+        return _probe(_harden(db))
+    except BaseException:
+        db.close()
+        raise
+
+
+def _in_wal_mode(path: Path) -> bool:
+    """Whether the database header says WAL: its file format write and read
+    versions (bytes 18 and 19) are 2 (sqlite.org/fileformat2.html, 1.3.3).
+    False when the file cannot be read (SQLite then says why)."""
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(20)
+    except OSError:
+        return False
+    return header[18:20] == b"\x02\x02"
 
 
 def _probe(db: sqlite3.Connection) -> sqlite3.Connection:
