@@ -119,6 +119,15 @@ class Exchange:
     duration_ns: int
     error: str | None = None
 
+    @property
+    def answered_by_wiretape(self) -> bool:
+        """Whether ``response`` is the answer wiretape made itself because
+        the origin never answered (a 502 when it was unreachable, a 504 when
+        it timed out before a response: ``proxy.shapes.unreachable_response``),
+        not the provider's."""
+        return (self.response is not None and self.ttfb_ns is None
+                and self.ending in (Ending.ORIGIN_UNREACHABLE, Ending.TIMEOUT))
+
 
 @dataclass(frozen=True)
 class Origin:

@@ -116,3 +116,74 @@ def test_a_failed_recording_says_so_and_ls_and_the_verdict_show_exit_codes(
                                  WIRETAPE_HOME=str(store)).stdout)
     assert data["exit_status"] == 1 and data["last_verdict"] == "fail"
     assert data["last_verdict_exit_code"] == 3
+
+
+class _Gateway(http.server.BaseHTTPRequestHandler):
+    """A provider whose own gateway answers 502 to everything."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        data = json.dumps({"error": {"message": "upstream overloaded", "type": "server"}}).encode()
+        self.send_response(502)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port bound but not listening: connecting to it is refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_an_origin_that_never_answered_is_wiretapes_answer_not_a_provider_error(
+        closed_port: int, tmp_path: Path) -> None:
+    """The 502 wiretape gives the agent for an unreachable origin is named
+    as wiretape's, in the recording's summary and in ``show``; it is not
+    counted among the provider's errors."""
+    run = tmp_path / "unreachable.wtape"
+    done = wiretape("record", "-o", str(run), "--no-snapshot", "--upstream",
+                    f"openai=http://127.0.0.1:{closed_port}/v1", "--", sys.executable, PROBE,
+                    "hi", "--raw", cwd=tmp_path)
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("wiretape: recorded run_") and ": 1 exchange," in lines[0]
+    assert lines[1].startswith("wiretape: exchange #0 origin_unreachable: "), done.stderr
+    assert lines[2] == ("wiretape: answered by wiretape, not the provider (the origin never "
+                        "answered): 1 x 502 origin unreachable"), done.stderr
+    assert not any("the provider answered with errors" in line for line in lines), done.stderr
+
+    shown = wiretape("show", str(run), "--exchange", "0", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    head = shown.stdout.splitlines()
+    assert head[0] == ("exchange 0: POST /v1/chat/completions -> wiretape's 502 (origin "
+                       "unreachable), not the provider's"), shown.stdout
+    assert any(line.startswith("answer made by wiretape (") for line in head), shown.stdout
+
+
+def test_a_502_from_the_provider_itself_is_the_providers_error(tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Gateway)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    run = tmp_path / "gateway.wtape"
+    try:
+        done = wiretape("record", "-o", str(run), "--no-snapshot", "--upstream",
+                        f"openai=http://127.0.0.1:{server.server_address[1]}/v1", "--",
+                        sys.executable, PROBE, "hi", "--raw", cwd=tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+    lines = done.stderr.splitlines()
+    assert "wiretape: the provider answered with errors: 1 x 502 (recorded as they were)" \
+        in lines, done.stderr
+    assert not any("answered by wiretape" in line for line in lines), done.stderr
+    shown = wiretape("show", str(run), "--exchange", "0", cwd=tmp_path)
+    first = shown.stdout.splitlines()[0]
+    assert first == "exchange 0: POST /v1/chat/completions -> 502", shown.stdout

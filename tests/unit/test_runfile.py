@@ -202,3 +202,28 @@ def test_snapshots_round_trip(tmp_path: Path) -> None:
     run.close(compact=True)
     with open_run(tmp_path / "s.wtape") as again:
         assert again.snapshots() == [(sid, "/orig", sorted(entries, key=lambda e: e.path))]
+
+
+def test_an_answer_wiretape_made_is_told_from_the_providers(tmp_path: Path) -> None:
+    """The 502/504 wiretape gives the agent when the origin never answered
+    (no time to first byte) is its own, after a round trip through the file;
+    a provider's 502, or a response that timed out once begun, is not."""
+    request = Request(b"POST", b"/v1/x", (), b"{}")
+    made = Response(502, b"Bad Gateway", ((b"x-wiretape-error", b"origin_unreachable"),),
+                    (Frame(5, b'{"error": {}}'),))
+    timed_out = Response(504, b"Gateway Timeout", (), (Frame(5, b"{}"),))
+    provider = Response(502, b"Bad Gateway", (), (Frame(9, b"{}"),))
+    run = RunFile.create(tmp_path / "r.wtape", INFO)
+    run.write_exchange(Exchange(0, 1, "openai", 1, request, made, Ending.ORIGIN_UNREACHABLE,
+                                None, 6, "ConnectError: refused"))
+    run.write_exchange(Exchange(1, 1, "openai", 2, request, timed_out, Ending.TIMEOUT,
+                                None, 6, "ReadTimeout"))
+    run.write_exchange(Exchange(2, 1, "openai", 3, request, provider, Ending.COMPLETE, 8, 9))
+    run.write_exchange(Exchange(3, 1, "openai", 4, request, provider, Ending.TIMEOUT, 8, 9,
+                                "ReadTimeout"))
+    run.write_exchange(Exchange(4, 1, "openai", 5, request, None, Ending.ORIGIN_UNREACHABLE,
+                                None, 6, "refused"))
+    run.close(compact=True)
+    with open_run(tmp_path / "r.wtape", replay_logs=tmp_path / "logs") as again:
+        assert [e.answered_by_wiretape for e in again.exchanges()] == [
+            True, True, False, False, False]

@@ -94,6 +94,9 @@ def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
     text or reasoning shown line by line)."""
     req, resp = view.request, view.response
     status = f"{row.status}" if row.status is not None else f"no response ({_p(row.ending)})"
+    own = exchange.answered_by_wiretape
+    if own and exchange.response is not None:
+        status = f"{render.own_answer(exchange.response.status)}, not the provider's"
     lines = [style(f"exchange {row.seq}: {_p(row.method)} {_p(row.target)} -> {status}",
                    bold=True),
              (f"  origin {_p(exchange.origin)}, connection {exchange.connection_id}, started "
@@ -122,7 +125,8 @@ def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
     tokens = (f", tokens {usage.input_tokens} in / {usage.output_tokens} out / {usage.total} total"
               if usage else "")
     lines.append(style(
-        f"response ({_p(resp.format)}{', streamed' if resp.streamed else ''}, "
+        f"{'answer made by wiretape' if own else 'response'} "
+        f"({_p(resp.format)}{', streamed' if resp.streamed else ''}, "
         f"{_n(resp.events, 'event')}): model {_p(resp.model or '-')}, "
         f"stop {_p(resp.stop_reason or '-')}{tokens}",
         bold=True))

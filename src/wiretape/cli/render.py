@@ -117,6 +117,18 @@ def ms(ns: int | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.0f} ms"
 
 
+#: What each answer wiretape makes for an origin that never answered says
+#: (``proxy.shapes.unreachable_response``).
+_OWN_ANSWERS = {502: "origin unreachable", 504: "origin timed out"}
+
+
+def own_answer(status: int) -> str:
+    """How to name an answer wiretape made itself: ``wiretape's 502 (origin
+    unreachable)``."""
+    what = _OWN_ANSWERS.get(status)
+    return f"wiretape's {status}" + (f" ({what})" if what else "")
+
+
 def record_summary(result: RecordResult) -> list[str]:
     lines = [
         f"wiretape: recorded {result.run_id}: {result.exchanges} exchange"
@@ -158,6 +170,12 @@ def record_summary(result: RecordResult) -> list[str]:
     if result.error_statuses:
         said = ", ".join(f"{n} x {status}" for status, n in result.error_statuses.items())
         lines.append(f"wiretape: the provider answered with errors: {said} (recorded as they were)")
+    if result.own_statuses:
+        said = ", ".join(f"{n} x {status}" + (f" {_OWN_ANSWERS[status]}"
+                                               if status in _OWN_ANSWERS else "")
+                         for status, n in result.own_statuses.items())
+        lines.append("wiretape: answered by wiretape, not the provider (the origin never "
+                     f"answered): {said}")
     if result.interrupted is not None:
         from wiretape.errors import signal_name
 

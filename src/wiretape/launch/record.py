@@ -97,7 +97,11 @@ class RecordResult:
     #: per snapshotted tree, what its snapshot left out
     left_out: list[tuple[Path, list[LeftOut]]] = field(default_factory=list)
     #: recorded responses with a status of 400 or more: status to count
+    #: (the provider's answers only)
     error_statuses: dict[int, int] = field(default_factory=dict)
+    #: the answers wiretape made itself because an origin never answered
+    #: (502 unreachable, 504 timed out): status to count
+    own_statuses: dict[int, int] = field(default_factory=dict)
     #: the first write that failed (``cannot write run file PATH: disk
     #: full``); None when everything was saved
     write_error: RunFileWriteError | None = None
@@ -270,6 +274,8 @@ class _Recording:
     body_bytes: int = 0
     #: recorded responses with a status of 400 or more: status to count
     error_statuses: dict[int, int] = field(default_factory=dict)
+    #: answers wiretape made itself (the origin never answered): status to count
+    own_statuses: dict[int, int] = field(default_factory=dict)
     #: a write of the run's end or outcome that failed (the recorder's own
     #: failure is ``recorder.write_failure``)
     write_error: RunFileWriteError | None = None
@@ -280,9 +286,15 @@ class _Recording:
     reports: ReportKeeper | None = None
 
     def count_status(self, exchange: Exchange) -> None:
-        """Note a stored exchange's status when it is an error (400 or more)."""
+        """Note a stored exchange's status when it is an error (400 or
+        more): the provider's, or wiretape's own when the origin never
+        answered (``Exchange.answered_by_wiretape``)."""
         status = exchange.response.status if exchange.response is not None else None
-        if status is not None and status >= 400:
+        if status is None:
+            return
+        if exchange.answered_by_wiretape:
+            self.own_statuses[status] = self.own_statuses.get(status, 0) + 1
+        elif status >= 400:
             self.error_statuses[status] = self.error_statuses.get(status, 0) + 1
 
     def result(self) -> RecordResult:
@@ -293,6 +305,7 @@ class _Recording:
                             self.connect.report if self.connect is not None else None,
                             left_out=self.left_out,
                             error_statuses=dict(sorted(self.error_statuses.items())),
+                            own_statuses=dict(sorted(self.own_statuses.items())),
                             write_error=self.recorder.write_failure or self.write_error,
                             not_saved=stats.not_saved, refused_unsaved=stats.refused,
                             interrupted=self.interrupted, end_saved=self.write_error is None,
