@@ -276,8 +276,11 @@ def test_a_request_packed_ahead_is_committed_compressed_when_its_dictionary_hold
     system = os.urandom(20_000).hex().encode()  # what each turn resends: far more than it adds
     bodies = [system + body for body in conversation(3)]
     run = RunFile.create(path, INFO)
-    assert run.pack_request(bodies[0], sha(bodies[0])) is None  # nothing to compress against
-    run.write_exchange(exchange(0, bodies[0]), compress_later=True)
+    # Nothing to compress against: zstd alone, stored so by the commit.
+    first = run.pack_request(bodies[0], sha(bodies[0]))
+    assert first is not None and (first.codec, first.ref, first.depth) == ("zstd", None, 0)
+    run.write_exchange(exchange(0, bodies[0]), compress_later=True, request_packed=first)
+    assert stored_blobs(path)[sha(bodies[0])][:3] == ("zstd", None, 0)
     run.settle()  # compressed, and its dictionary made ready for the next body
     packed = run.pack_request(bodies[1], sha(bodies[1]))
     assert packed is not None and (packed.ref, packed.depth) == (sha(bodies[0]), 1)

@@ -270,12 +270,18 @@ class Packer:
     def pack_ahead(self, data: bytes, digest: str) -> Packed | None:
         """``data`` (whose hash is ``digest``) compressed against the body
         last prepared (:meth:`prepare`), when that makes it far smaller:
-        cheap, as that dictionary is ready. None when there is none, or
-        it does not help."""
+        cheap, as that dictionary is ready. With no dictionary ready (the
+        first body, a chain at ``MAX_REF_DEPTH``, a body too large to
+        prepare) zstd alone, when that is smaller. None when neither helps
+        (or it is under ``MIN_COMPRESS``)."""
         with self._lock:
             prepared = self._prepared
-        if prepared is None or len(data) < MIN_COMPRESS:
+        if len(data) < MIN_COMPRESS:
             return None
+        if prepared is None:
+            payload = self._plain().compress(data)
+            return Packed(digest, len(data), "zstd", None, 0, payload) if len(
+                payload) < len(data) else None
         ref, dictionary, depth = prepared
         delta = zstandard.ZstdCompressor(level=self._level, dict_data=dictionary).compress(data)
         if len(delta) * _SURELY_SMALLER > len(data):
