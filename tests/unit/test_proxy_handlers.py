@@ -14,7 +14,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -654,3 +654,59 @@ async def test_a_run_without_the_stored_502_names_the_recorded_upstream(tmp_path
     assert down.json()["error"]["message"] == (
         "wiretape: origin http://127.0.0.1:9/v1 unreachable: "
         "ConnectError: [Errno 111] Connection refused")
+
+
+# --- writes to the client -------------------------------------------------------------------
+
+
+def writes_from(port: Callable[[], int], monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every write the proxy listening on ``port()`` makes to its clients
+    (``StreamWriter.write`` on a socket bound to that port), in order."""
+    writes: list[bytes] = []
+    real = asyncio.StreamWriter.write
+
+    def counted(self: asyncio.StreamWriter, data: Any) -> None:
+        sockname = self.get_extra_info("sockname")
+        if sockname is not None and sockname[1] == port():
+            writes.append(bytes(data))
+        real(self, data)
+
+    monkeypatch.setattr(asyncio.StreamWriter, "write", counted)
+    return writes
+
+
+@in_loop
+async def test_a_recorded_answer_of_known_length_reaches_the_client_in_one_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its head is held until its body is committed and sent with it: the
+    client is woken once per answer, not once for the head and once more."""
+    ports: list[int] = []
+    writes = writes_from(lambda: ports[0] if ports else -1, monkeypatch)
+    async with (AsyncFakeProvider([TextTurn("one"), TextTurn("two")]) as fp,
+                recording(tmp_path / "r.wtape", fp.url + "/v1") as rec,
+                await RawClient.open(rec.port) as client):
+        ports.append(rec.port)
+        replies = []
+        for word in ("first", "second"):
+            await client.send(request_bytes("POST", CHAT, chat(word), JSON))
+            replies.append(await client.response())
+    assert [r.status for r in replies] == [200, 200]
+    assert [b"content-length" in r.head.lower() for r in replies] == [True, True]
+    assert writes == [r.head + r.body for r in replies]
+
+
+@in_loop
+async def test_a_replayed_answer_due_at_once_goes_out_in_one_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Played fast, a recorded stream's head, every chunk and the
+    terminating chunk are one write."""
+    ports: list[int] = []
+    writes = writes_from(lambda: ports[0] if ports else -1, monkeypatch)
+    path = tape(tmp_path / "r.wtape", recorded(0, chat("hi")))
+    async with replaying(path, Mode.STRICT) as rp, await RawClient.open(rp.port) as client:
+        ports.append(rp.port)
+        await client.send(request_bytes("POST", CHAT, chat("hi"), JSON))
+        got = await client.response()
+    assert got.head == SSE_HEAD and got.chunks == [f.data for f in FRAMES]
+    assert writes == [SSE_HEAD + b"".join(b"%x\r\n%s\r\n" % (len(f.data), f.data)
+                                          for f in FRAMES) + b"0\r\n\r\n"]

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import zstandard
 from test_proxy_handlers import CHAT, JSON, recording
 
 from support.inproc import RawClient, in_loop, request_bytes
@@ -338,3 +339,52 @@ def test_small_bodies_are_compressed_by_the_commit_itself(tmp_path: Path) -> Non
     assert kept[sha(ex.request.body)][3] < len(body) / 4
     assert run.exchanges() == [ex]
     run.close()
+
+
+def test_a_request_whose_chain_is_at_its_limit_is_packed_ahead_alone(tmp_path: Path) -> None:
+    """A dictionary chain at ``MAX_REF_DEPTH`` gives no dictionary to pack
+    against: the body is packed ahead with zstd alone (depth 0, a new chain),
+    not left for the commit to store raw."""
+    packer = blobs.Packer()
+    system = os.urandom(20_000).hex().encode()  # what each turn resends
+    bodies = [system + body for body in conversation(2)]
+    assert packer.pack_ahead(bodies[1], sha(bodies[1])) is None  # no dictionary yet: later
+    packer.prepare(sha(bodies[0]), bodies[0], blobs.MAX_REF_DEPTH - 1)
+    below = packer.pack_ahead(bodies[1], sha(bodies[1]))
+    assert below is not None and (below.codec, below.ref, below.depth) == (
+        "zstd-ref", sha(bodies[0]), blobs.MAX_REF_DEPTH)
+    packer.prepare(sha(bodies[0]), bodies[0], blobs.MAX_REF_DEPTH)
+    alone = packer.pack_ahead(bodies[1], sha(bodies[1]))
+    assert alone is not None and (alone.codec, alone.ref, alone.depth) == ("zstd", None, 0)
+    assert zstandard.ZstdDecompressor().decompress(alone.payload) == bodies[1]
+    assert packer.pack_ahead(b"x" * 10, sha(b"x" * 10)) is None  # too small to pack
+
+
+@in_loop
+async def test_the_commit_never_waits_for_a_request_body_to_be_compressed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request body whose compression ahead is not done when the answer
+    ends is committed raw (compressed afterwards): the agent gets its
+    answer while that compression is still held."""
+    packing = threading.Event()
+    pack = RunFile.pack_request
+
+    def slow(self: RunFile, body: bytes, digest: str) -> blobs.Packed | None:
+        packing.wait(30)
+        return pack(self, body, digest)
+
+    monkeypatch.setattr(RunFile, "pack_request", slow)
+    bodies = conversation(2)
+    async with (AsyncFakeProvider([TextTurn("one"), TextTurn("two")]) as fp,
+                recording(tmp_path / "r.wtape", fp.url + "/v1") as rec,
+                await RawClient.open(rec.port) as client):
+        for body in bodies:
+            await client.send(request_bytes("POST", CHAT, body, JSON))
+            assert (await asyncio.wait_for(client.response(), 20)).status == 200
+        assert rec.recorder.stats.exchanges == 2 and not packing.is_set()
+        packing.set()
+    kept = stored_blobs(tmp_path / "r.wtape")
+    with open_run(tmp_path / "r.wtape") as again:
+        assert [e.request.body for e in again.exchanges()] == bodies
+    assert [kept[sha(b)][:3] for b in bodies] == [
+        ("zstd", None, 0), ("zstd-ref", sha(bodies[0]), 1)]  # compressed afterwards

@@ -113,9 +113,7 @@ def plain_http_refusal(error_body: ErrorBody,
             400, "plain_http_not_intercepted",
             "wiretape --intercept captures HTTPS (CONNECT) only; plain-HTTP requests through "
             "the proxy are not forwarded")
-        await conn.send_head(400, b"Bad Request", headers, keep_alive=False)
-        await conn.send_data(body)
-        await conn.end()
+        await conn.answer(400, b"Bad Request", headers, body, keep_alive=False)
 
     return refuse
 

@@ -14,6 +14,7 @@ Knows nothing of recording, replaying or origins.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,8 @@ from wiretape.proxy.faults import internal_error, log, one_line
 from wiretape.proxy.hop import ClientHead, Framing, client_head
 
 _READ_SIZE = 65536
+#: bytes held for one write (``more=True``) before they are sent anyway
+_HOLD_AT_MOST = 256 * 1024
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # HTTP/2 GOAWAY with HTTP_1_1_REQUIRED (RFC 9113 §6.8, §7: error code 0xd),
 # preceded by an empty SETTINGS frame as the server preface (RFC 9113 §3.4).
@@ -157,6 +160,10 @@ class ClientConnection:
         self._max_body = max_body
         self._error_body = error_body
         self._head: ClientHead | None = None
+        #: bytes written with ``more=True``: sent by the next write that
+        #: flushes, in one piece (a client woken once, not once per part)
+        self._held: list[bytes] = []
+        self._held_bytes = 0
         self._first_read = True
         self._request: h11.Request | None = None
         self._loop = asyncio.get_running_loop()
@@ -351,9 +358,7 @@ class ClientConnection:
             self._on_refused(status, code)
         headers, body = self._error_body(status, code, "wiretape: " + message)
         if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE) and not self.closed:
-            await self.send_head(status, _REASONS.get(status, b""), headers, keep_alive=False)
-            await self.send_data(body)
-            await self.end()
+            await self.answer(status, _REASONS.get(status, b""), headers, body, keep_alive=False)
         await self.close()
 
     async def fail(self, exc: BaseException) -> None:
@@ -408,9 +413,12 @@ class ClientConnection:
     # -- writing -----------------------------------------------------------
 
     async def send_head(
-        self, status: int, reason: bytes, headers: Headers, *, keep_alive: bool = True
+        self, status: int, reason: bytes, headers: Headers, *, keep_alive: bool = True,
+        more: bool = False,
     ) -> ClientHead:
-        """Write a response head; hop-by-hop fields are replaced per hop.py."""
+        """Write a response head; hop-by-hop fields are replaced per hop.py.
+        ``more``: the caller writes more at once (its body, its end), so the
+        head is held and goes out with it (:meth:`flush` sends it now)."""
         method = self._request.method if self._request is not None else b"GET"
         wants_close = self._request is not None and any(
             k.lower() == b"connection" and b"close" in v.lower()
@@ -430,34 +438,70 @@ class ClientConnection:
         except h11.LocalProtocolError:
             self._head = head = ClientHead(head.status, head.reason, head.headers,
                                            head.framing, False, head.dropped)
-        self._writer.write(head.encode())
-        await self._drain()
+        self._hold(head.encode())
+        if not more:
+            await self.flush()
         return head
 
-    async def send_data(self, data: bytes) -> None:
-        """Write one piece of the body (one chunk when chunked)."""
-        if not data or self._head is None:
+    async def send_data(self, data: bytes, *, more: bool = False) -> None:
+        """Write one piece of the body (one chunk when chunked). ``more``:
+        held, as for :meth:`send_head`."""
+        if self._head is None:
             return
-        if self._head.framing is Framing.CHUNKED:
-            self._writer.write(b"%x\r\n" % len(data) + data + b"\r\n")
-        elif self._head.framing is not Framing.NONE:
-            self._writer.write(data)
-        self._h11_send_quietly(h11.Data(data=data))
-        await self._drain()
+        if data:
+            if self._head.framing is Framing.CHUNKED:
+                self._hold(b"%x\r\n" % len(data) + data + b"\r\n")
+            elif self._head.framing is not Framing.NONE:
+                self._hold(data)
+            self._h11_send_quietly(h11.Data(data=data))
+        if not more or self._held_bytes >= _HOLD_AT_MOST:
+            await self.flush()
+
+    async def answer(self, status: int, reason: bytes, headers: Headers, body: bytes, *,
+                     keep_alive: bool = True) -> None:
+        """A whole response (head, body, end) in one write. Raises ClientGone."""
+        await self.send_head(status, reason, headers, keep_alive=keep_alive, more=True)
+        await self.send_data(body, more=True)
+        await self.end()
+
+    def _hold(self, data: bytes) -> None:
+        self._held.append(data)
+        self._held_bytes += len(data)
+
+    def _take_held(self) -> list[bytes]:
+        held, self._held, self._held_bytes = self._held, [], 0
+        return held
+
+    async def flush(self) -> None:
+        """Send what was held (``more=True``) now, and wait while the
+        client's buffer is full. Raises ClientGone."""
+        if self._held:
+            held = self._take_held()
+            self._writer.write(held[0] if len(held) == 1 else b"".join(held))
+            await self._drain()
 
     async def end(self) -> None:
-        """Finish the response normally (terminating chunk when chunked)."""
+        """Finish the response normally (terminating chunk when chunked),
+        with whatever was held."""
         head = self._head
         if head is not None and head.framing is Framing.CHUNKED:
-            self._writer.write(b"0\r\n\r\n")
+            self._hold(b"0\r\n\r\n")
         self._h11_send_quietly(h11.EndOfMessage())
-        await self._drain()
+        if self._held:
+            await self.flush()
+        else:
+            await self._drain()
         if head is None or not head.keep_alive or head.framing is Framing.CLOSE:
             await self.close()
 
     async def abort(self) -> None:
-        """Cut the response off where it is: close without a terminator."""
+        """Cut the response off where it is: close without a terminator
+        (what was held is handed to the socket first, as if sent)."""
         transport = self._writer.transport
+        if self._held and not self.closed:
+            held = self._take_held()
+            with contextlib.suppress(RuntimeError, OSError):
+                self._writer.write(b"".join(held))
         if not self.closed:
             self.closed = True
             transport.abort() if hasattr(transport, "abort") else transport.close()

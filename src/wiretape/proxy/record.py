@@ -21,6 +21,7 @@ for that cannot be kept).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import os
@@ -44,10 +45,11 @@ from wiretape.store.blobs import Packed, blob_hash
 from wiretape.store.runfile import RunFile
 
 #: A request as it is stored (redacted), the facts of what was redacted,
-#: the sha256 hex of its body and that body compressed when it could be
-#: (``RunFile.pack_request``): made on a worker thread as soon as the
-#: request is received, while it is forwarded.
-Prepared = tuple[Request, list[Redaction], str, Packed | None]
+#: the sha256 hex of its body, and that body being compressed
+#: (``RunFile.pack_request``; None for a small body): made on worker threads
+#: as soon as the request is received, while it is forwarded. The commit
+#: takes the compressed body only if it is ready: it never waits for it.
+Prepared = tuple[Request, list[Redaction], str, "concurrent.futures.Future[Packed | None] | None"]
 #: Request bodies from this size (bytes) on are prepared on a thread of
 #: their own as soon as they are received; smaller ones by the commit's.
 PREPARE_AHEAD = 16 * 1024
@@ -79,9 +81,17 @@ class Recorder:
         self._seq = itertools.count(0)
         self._options = options or UpstreamOptions()
         self._client = upstream.new_client(self._options)
-        self._write_lock = asyncio.Lock()
         self._on_exchange = on_exchange
+        #: stores whose response is still being spooled (``_schedule_store``)
         self._pending: set[asyncio.Task[None]] = set()
+        #: commits handed to the writer and not yet counted
+        self._committing: set[asyncio.Future[None]] = set()
+        # One thread commits, in the order exchanges are handed to it (the
+        # order they ended); requests are prepared on threads of their own.
+        self._writer = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="wiretape-commit")
+        self._preparer = concurrent.futures.ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="wiretape-prepare")
         self.stats = RecordStats()
         #: the first failed write; once set, nothing more is forwarded or stored
         self.write_failure: RunFileWriteError | None = None
@@ -91,14 +101,17 @@ class Recorder:
         client's first connection loads its machinery): call before the
         proxy listens."""
         await self._client.warm_up()
-        await asyncio.to_thread(int)  # the loop's worker threads (redaction, commits)
+        for pool in (self._writer, self._preparer):  # their threads, started now
+            await asyncio.wrap_future(pool.submit(int))
 
     async def aclose(self) -> None:
         """Wait for every exchange to be committed and its bodies compressed
         (``RunFile.settle``, on a worker thread), then close the client."""
-        while self._pending:
-            await asyncio.gather(*set(self._pending), return_exceptions=True)
+        while self._pending or self._committing:
+            await asyncio.gather(*self._pending, *self._committing, return_exceptions=True)
         await asyncio.to_thread(self._run.settle)
+        self._writer.shutdown(wait=False)
+        self._preparer.shutdown(wait=False)
         await self._client.aclose()
 
     def handler(self, origin: str, upstream_url: str, connection_id: int) -> Handler:
@@ -123,10 +136,9 @@ class Recorder:
         # Redacted, hashed and compressed on a worker thread while it is
         # forwarded: the commit at the end only awaits it. (A small one is
         # done by the commit's own thread: cheaper than a thread of its own.)
-        prepared: asyncio.Future[Prepared] | None = None
+        prepared: concurrent.futures.Future[Prepared] | None = None
         if len(request.body) >= PREPARE_AHEAD:
-            prepared = asyncio.get_running_loop().run_in_executor(None, self._prepare, request)
-            prepared.add_done_callback(_retrieve)
+            prepared = self._preparer.submit(self._prepare, request)
         response: Response | None = None
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:
@@ -145,12 +157,8 @@ class Recorder:
             # very bytes (the origin sent none: no time to first byte).
             response = Response(status, reason, headers,
                                 (Frame(time.monotonic_ns() - t0, body),))
-            try:
-                await conn.send_head(status, reason, headers)
-                await conn.send_data(body)
-                await conn.end()
-            except ClientGone:
-                pass
+            with contextlib.suppress(ClientGone):
+                await conn.answer(status, reason, headers, body)
         else:
             ttfb = time.monotonic_ns() - t0
             raw_headers = tuple((bytes(k), bytes(v)) for k, v in origin_resp.headers.raw)
@@ -162,8 +170,14 @@ class Recorder:
             gathered = Gathered(self._spool_at if may_spool(raw_headers) else sys.maxsize,
                                 lambda: Spool(self._run, self._rules))
             try:
-                head = await conn.send_head(origin_resp.status_code, reason, raw_headers)
+                # A body of known length follows its head at once (a stream's
+                # head goes now): the head goes out with the body's first
+                # bytes, the client woken once for both.
+                head = await conn.send_head(origin_resp.status_code, reason, raw_headers,
+                                            more=True)
                 left = _declared_length(head)
+                if left is None:
+                    await conn.flush()
             except ClientGone:
                 client_ok, ending = False, Ending.CLIENT_GONE
             try:
@@ -210,13 +224,16 @@ class Recorder:
                 # fails instead stops the recording (``write_failure``): this
                 # answer, already paid for, still reaches the agent, counted
                 # as not saved, and the next request is refused.
-                await self._store_now(Exchange(seq, connection_id, origin, wall, request,
-                                               response, ending, ttfb,
-                                               time.monotonic_ns() - t0, error),
-                                     gathered, prepared)
+                exchange = Exchange(seq, connection_id, origin, wall, request, response,
+                                    ending, ttfb, time.monotonic_ns() - t0, error)
+                if gathered.spool is None:
+                    # (cancelled meanwhile, the commit goes on: aclose waits for it)
+                    await self._commit(exchange, gathered, prepared)
+                else:
+                    await asyncio.shield(self._schedule_store(exchange, gathered, prepared))
                 try:
                     with contextlib.suppress(ClientGone):
-                        await conn.send_data(held)
+                        await conn.send_data(held, more=True)
                         await conn.end()
                 finally:
                     # What it committed raw is compressed from now on, not
@@ -237,13 +254,12 @@ class Recorder:
             f"wiretape: {failure}; this request was not forwarded, so that nothing more is "
             "sent to the provider that cannot be recorded")
         with contextlib.suppress(ClientGone):
-            await conn.send_head(503, b"Service Unavailable", headers)
-            await conn.send_data(body)
-            await conn.end()
+            await conn.answer(503, b"Service Unavailable", headers, body)
 
     def _schedule_store(self, exchange: Exchange,
                         body: Gathered | None,
-                        prepared: asyncio.Future[Prepared] | None) -> asyncio.Task[None]:
+                        prepared: concurrent.futures.Future[Prepared] | None,
+                        ) -> asyncio.Task[None]:
         """Store off the client's path: the next request on this connection
         need not wait for the commit. ``body``: the response's, when its
         frames were gathered (a spooled one is not in ``exchange``)."""
@@ -253,19 +269,85 @@ class Recorder:
         task.add_done_callback(self._pending.discard)
         return task
 
-    async def _store_now(self, exchange: Exchange, body: Gathered,
-                         prepared: asyncio.Future[Prepared] | None) -> None:
-        """Store and wait for the commit (the store goes on, and ``aclose``
-        waits for it, if this task is cancelled meanwhile)."""
-        await asyncio.shield(self._schedule_store(exchange, body, prepared))
+    async def _store(self, exchange: Exchange, body: Gathered | None,
+                     prepared: concurrent.futures.Future[Prepared] | None) -> None:
+        if body is not None and body.spool is not None:
+            await body.spool.close(body.take_pending())
+        await self._commit(exchange, body, prepared)
+
+    def _commit(self, exchange: Exchange, body: Gathered | None,
+                prepared: concurrent.futures.Future[Prepared] | None) -> asyncio.Future[None]:
+        """Hand the exchange to the writer thread, which commits in the
+        order it is given exchanges; the future is done once the commit is
+        (or the write failed: ``write_failure``). Counting is done on the
+        loop when the writer is, whether or not the future was cancelled
+        meanwhile (the commit goes on regardless)."""
+        loop = asyncio.get_running_loop()
+        # ``done`` is the caller's (cancelled with it); ``counted`` is aclose's
+        done: asyncio.Future[None] = loop.create_future()
+        counted: asyncio.Future[None] = loop.create_future()
+        self._committing.add(counted)
+
+        def written(job: concurrent.futures.Future[tuple[Exchange, int] | None]) -> None:
+            with contextlib.suppress(RuntimeError):  # (the loop closed: nothing to count)
+                loop.call_soon_threadsafe(self._stored, exchange, job, (done, counted))
+
+        self._writer.submit(self._write, exchange, body, prepared).add_done_callback(written)
+        return done
+
+    def _write(self, exchange: Exchange, body: Gathered | None,
+               prepared: concurrent.futures.Future[Prepared] | None,
+               ) -> tuple[Exchange, int] | None:
+        """On the writer thread: the exchange redacted and committed, or
+        None when it is not saved (this write failed, or an earlier one did:
+        ``write_failure``, set here)."""
+        if self.write_failure is not None:
+            return None
+        try:
+            return self._redact_and_write(
+                exchange, body, prepared.result() if prepared is not None else None)
+        except Exception as exc:  # whatever it was, the exchange is not on disk
+            self.write_failure = RunFileWriteError(self._run.path, write_failure_reason(exc))
+            return None
+
+    def _stored(self, exchange: Exchange,
+                job: concurrent.futures.Future[tuple[Exchange, int] | None],
+                futures: tuple[asyncio.Future[None], ...]) -> None:
+        """On the loop, once the writer is done with ``exchange``: count it."""
+        for future in futures:
+            self._committing.discard(future)
+            if not future.done():
+                future.set_result(None)
+        result = None
+        if not job.cancelled() and job.exception() is None:
+            result = job.result()
+        if result is None:
+            self.stats.not_saved += 1
+            return
+        stored, response_bytes = result
+        self.stats.exchanges += 1
+        self.stats.body_bytes += len(stored.request.body) + response_bytes
+        if exchange.ending is not Ending.COMPLETE:
+            self._run.start_compressing()  # (a complete one: once its end is sent)
+            self.stats.failures.append(
+                f"#{exchange.seq} {exchange.ending.value}"
+                + (f": {stored.error}" if stored.error else "")
+            )
+        if self._on_exchange is not None:
+            self._on_exchange(stored)
 
     def _prepare(self, request: Request) -> Prepared:
         """The request as stored: redacted (CPU work), its body's hash, and
-        that body compressed against the previous one when its dictionary
-        is ready. On a worker thread, as soon as the request is received."""
+        (a body of ``PREPARE_AHEAD`` bytes or more) that body's compression
+        started on a thread of its own. On a worker thread, as soon as the
+        request is received."""
         stored, facts = redact_request(request, self._rules)
         digest = blob_hash(stored.body)
-        return stored, facts, digest, self._run.pack_request(stored.body, digest)
+        packing = None
+        if len(stored.body) >= PREPARE_AHEAD:
+            with contextlib.suppress(RuntimeError):  # (shut down: committed raw)
+                packing = self._preparer.submit(self._run.pack_request, stored.body, digest)
+        return stored, facts, digest, packing
 
     def _redact_and_write(self, exchange: Exchange, body: Gathered | None,
                           prepared: Prepared | None) -> tuple[Exchange, int]:
@@ -276,7 +358,12 @@ class Recorder:
         (``RunFile.start_compressing``). Returns the exchange as stored (a
         spooled response without its frames) and its response body's
         bytes."""
-        request, facts, digest, packed = prepared or self._prepare(exchange.request)
+        request, facts, digest, packing = prepared or self._prepare(exchange.request)
+        packed = None  # compressed by now, or committed raw (compressed later)
+        # (not cancelled: it is running, or done)
+        if packing is not None and not packing.cancel() and packing.done() \
+                and not packing.exception():
+            packed = packing.result()
         # (a spooled response: its headers; its parts are redacted already)
         stored, facts = redact_exchange(exchange, self._rules, redacted=(request, facts))
         if body is None or body.spool is None:
@@ -290,34 +377,6 @@ class Recorder:
                                          request_packed=packed)
         return stored, staged.size
 
-    async def _store(self, exchange: Exchange, body: Gathered | None,
-                     prepared: asyncio.Future[Prepared] | None) -> None:
-        if body is not None and body.spool is not None:
-            await body.spool.close(body.take_pending())
-        # One commit at a time, in the order the exchanges ended.
-        async with self._write_lock:
-            if self.write_failure is not None:
-                self.stats.not_saved += 1
-                return
-            try:
-                stored, response_bytes = await asyncio.to_thread(
-                    self._redact_and_write, exchange, body,
-                    await prepared if prepared is not None else None)
-            except Exception as exc:  # whatever it was, the exchange is not on disk
-                self.write_failure = RunFileWriteError(self._run.path, write_failure_reason(exc))
-                self.stats.not_saved += 1
-                return
-        self.stats.exchanges += 1
-        self.stats.body_bytes += len(stored.request.body) + response_bytes
-        if exchange.ending is not Ending.COMPLETE:
-            self._run.start_compressing()  # (a complete one: once its end is sent)
-            self.stats.failures.append(
-                f"#{exchange.seq} {exchange.ending.value}"
-                + (f": {stored.error}" if stored.error else "")
-            )
-        if self._on_exchange is not None:
-            self._on_exchange(stored)
-
 
 def _spool_at_from_env() -> int:
     """``WIRETAPE_SPOOL_BYTES`` (bytes, at least 64 KiB), else the default.
@@ -329,13 +388,6 @@ def _spool_at_from_env() -> int:
         return spool_bytes(os.environ, DEFAULT_SPOOL_AT)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-
-
-def _retrieve(future: asyncio.Future[Prepared]) -> None:
-    """Mark a preparation's failure as seen: an exchange that is never
-    stored (its task cancelled while forwarding) never awaits it."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _declared_length(head: ClientHead) -> int | None:

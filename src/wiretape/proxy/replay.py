@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import itertools
 import secrets
@@ -300,12 +301,8 @@ class Replayer:
         self, conn: ClientConnection, request: Request, code: str, message: str
     ) -> None:
         headers, body = error_response(request.path, 400, code, message)
-        try:
-            await conn.send_head(400, b"Bad Request", headers)
-            await conn.send_data(body)
-            await conn.end()
-        except ClientGone:
-            pass
+        with contextlib.suppress(ClientGone):
+            await conn.answer(400, b"Bad Request", headers, body)
 
     async def _serve(self, conn: ClientConnection, exchange: Exchange) -> None:
         response = exchange.response
@@ -315,9 +312,7 @@ class Replayer:
             status, reason, headers, body = unreachable_response(
                 exchange.request.path, self._upstream_of(exchange.origin),
                 exchange.error or exchange.ending.value, timeout=exchange.ending is Ending.TIMEOUT)
-            await conn.send_head(status, reason, headers)
-            await conn.send_data(body)
-            await conn.end()
+            await conn.answer(status, reason, headers, body)
             return
         # The origin never answered: the stored response is the 502 or 504
         # wiretape gave the agent, complete, its head sent with its body.
@@ -328,10 +323,13 @@ class Replayer:
         start = loop.time()
         head_at, frame_at = schedule(ttfb, [f.offset_ns for f in response.frames], self._pace)
         await _sleep_until(loop, start + head_at / 1e9)
-        await conn.send_head(response.status, response.reason, response.headers)
+        # What is due at once goes out in one write; a pause sends what is held.
+        await conn.send_head(response.status, response.reason, response.headers, more=True)
         for frame, at in zip(response.frames, frame_at, strict=True):
-            await _sleep_until(loop, start + at / 1e9)
-            await conn.send_data(frame.data)
+            if start + at / 1e9 > loop.time():
+                await conn.flush()
+                await _sleep_until(loop, start + at / 1e9)
+            await conn.send_data(frame.data, more=True)
         if exchange.ending is Ending.COMPLETE or own:
             await conn.end()
         else:

@@ -239,6 +239,8 @@ class Packer:
         #: the body last given to :meth:`prepare`: its hash, its dictionary
         #: made ready, and the depth of its chain as stored
         self._prepared: tuple[str, zstandard.ZstdCompressionDict, int] | None = None
+        #: that body's chain is at ``MAX_REF_DEPTH``: the next body starts a new one
+        self._chain_full = False
 
     def _plain(self) -> zstandard.ZstdCompressor:
         compressor: zstandard.ZstdCompressor | None = getattr(self._local, "plain", None)
@@ -261,21 +263,30 @@ class Packer:
         if not MIN_COMPRESS <= len(data) <= _PREPARE_MAX or depth >= MAX_REF_DEPTH:
             with self._lock:
                 self._prepared = None
+                self._chain_full = depth >= MAX_REF_DEPTH
             return
         dictionary = zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         dictionary.precompute_compress(level=self._level)
         with self._lock:
             self._prepared = (digest, dictionary, depth)
+            self._chain_full = False
 
     def pack_ahead(self, data: bytes, digest: str) -> Packed | None:
         """``data`` (whose hash is ``digest``) compressed against the body
         last prepared (:meth:`prepare`), when that makes it far smaller:
-        cheap, as that dictionary is ready. None when there is none, or
-        it does not help."""
+        cheap, as that dictionary is ready. When that body's chain is at
+        ``MAX_REF_DEPTH`` (no dictionary will come), zstd alone, when that
+        is smaller. None when neither (no dictionary ready yet: the body is
+        then compressed later, against the previous one), or under
+        ``MIN_COMPRESS``."""
         with self._lock:
-            prepared = self._prepared
-        if prepared is None or len(data) < MIN_COMPRESS:
+            prepared, chain_full = self._prepared, self._chain_full
+        if len(data) < MIN_COMPRESS or (prepared is None and not chain_full):
             return None
+        if prepared is None:
+            payload = self._plain().compress(data)
+            return Packed(digest, len(data), "zstd", None, 0, payload) if len(
+                payload) < len(data) else None
         ref, dictionary, depth = prepared
         delta = zstandard.ZstdCompressor(level=self._level, dict_data=dictionary).compress(data)
         if len(delta) * _SURELY_SMALLER > len(data):
