@@ -316,8 +316,7 @@ class Replayer:
             return
         # The origin never answered: the stored response is the 502 or 504
         # wiretape gave the agent, complete, its head sent with its body.
-        own = exchange.ttfb_ns is None and exchange.ending in (Ending.ORIGIN_UNREACHABLE,
-                                                               Ending.TIMEOUT)
+        own = exchange.answered_by_wiretape
         ttfb = response.frames[0].offset_ns if own and response.frames else exchange.ttfb_ns
         loop = asyncio.get_running_loop()
         start = loop.time()
