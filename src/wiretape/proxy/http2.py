@@ -212,16 +212,18 @@ class H2Server:
         self._streams: dict[int, H2Stream] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
+        #: the connection can carry nothing more
+        self._over = False
 
     async def flush(self) -> None:
         """Write what h2 has queued and wait until the socket takes it.
         Raises ClientGone when the client is gone or reads nothing for the
         body timeout."""
         data = self.h2.data_to_send()
-        if data and not self.conn.closed:
-            self._writer.write(data)
-        if self.conn.closed:
+        if self._over or self.conn.closed:
             raise ClientGone("the connection is closed")
+        if data:
+            self._writer.write(data)
         timeout = self.conn.limits.body_timeout
         try:
             async with asyncio.timeout(timeout):
@@ -235,7 +237,8 @@ class H2Server:
             raise ClientGone(str(exc)) from exc
 
     def _lost(self, why: str) -> None:
-        self.conn.closed = True
+        """The connection is over: no stream can be answered any more."""
+        self._over = True
         for stream in self._streams.values():
             stream.gone = stream.gone or why
             stream.wake()
@@ -420,7 +423,7 @@ class H2Server:
         with contextlib.suppress(h2.exceptions.H2Error):
             self.h2.close_connection(ErrorCodes.NO_ERROR)
         data = self.h2.data_to_send()
-        if data and not self.conn.closed:
+        if data and not (self._over or self.conn.closed):
             self._writer.write(data)
 
 
