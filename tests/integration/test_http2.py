@@ -160,6 +160,26 @@ def test_a_malformed_frame_gets_goaway_and_one_line_the_run_goes_on(tmp_path: Pa
     with open_run(run) as rf:
         assert [e.request.http_version for e in rf.exchanges()] == [b"2", b"1.1"]
 
+    # replaying: the broken connection is refused and said, the rest served exact
+    wt = Wiretape(tmp_path, "serve", "--replay", str(run))
+    try:
+        wt.read_urls()
+        with Conn(port, timeout=5) as conn:
+            conn.send(H2_PREFACE + b"\x00\x00\x05\x04\x00\x00\x00\x00\x00" + b"12345")
+            assert conn.closed_within(5)
+        replayed = curl_h2(port)
+        with Conn(port) as conn:
+            conn.send(post("/v1/chat/completions", {"model": "m", "messages": []}))
+            assert conn.reply().body == http1.body
+        code, _, err = wt.stop(signal.SIGTERM)
+    finally:
+        wt.kill()
+    assert replayed.stdout == good.stdout
+    assert code == 0, err
+    assert "exact 2" in err and "Traceback" not in err
+    assert ("refused before any answer from the recording (not in the verdict's counts): "
+            "1 x 400 http2_protocol_error") in err
+
 
 def test_a_refused_http2_connection_alone_is_not_called_an_agent_that_never_called(
         tmp_path: Path) -> None:

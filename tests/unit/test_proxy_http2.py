@@ -268,3 +268,33 @@ async def test_without_http2_the_preface_gets_goaway_and_is_counted_as_refused()
     await server.wait_closed()
     assert wire[3] == 0x4 and b"HTTP/1.1 only" in wire  # SETTINGS, then GOAWAY
     assert refused == [(505, "http2_not_supported")]
+
+
+@in_loop
+async def test_expect_100_continue_gets_its_interim_answer_before_the_body() -> None:
+    app = Answering()
+    async with listening(app.handler_for) as (_, port):
+        client = await H2Client.open(port)
+        sid = client.h2.get_next_available_stream_id()
+        client.h2.send_headers(sid, [(b":method", b"POST"), (b":scheme", b"http"),
+                                     (b":authority", b"h"), (b":path", b"/v1/later"),
+                                     (b"expect", b"100-continue")])
+        client.replies[sid] = Reply()
+        await client.flush()
+        interim: list[h2.events.InformationalResponseReceived] = []
+        handle = client._handle
+
+        def keep(event: h2.events.Event) -> None:
+            if isinstance(event, h2.events.InformationalResponseReceived):
+                interim.append(event)
+            handle(event)
+
+        client._handle = keep  # type: ignore[method-assign]
+        await client.read_until(lambda: interim)
+        assert app.seen == []  # nothing handled before the body
+        client.h2.send_data(sid, b"body", end_stream=True)
+        await client.flush()
+        await client.read_until(lambda: client.replies[sid].ended)
+        await client.aclose()
+    assert interim[0].headers == [(b":status", b"100")]
+    assert [r.body for _, r in app.seen] == [b"body"]

@@ -327,6 +327,11 @@ class H2Server:
         elif stream.method == b"CONNECT":
             self._refuse(stream, 405, "connect_not_supported",
                          "CONNECT inside HTTP/2 is not supported; send the request itself")
+        elif (not event.stream_ended
+              and (b"expect", b"100-continue") in ((k, v.lower()) for k, v in stream.fields)):
+            # the body is read whole here: ask for it (RFC 9110 §10.1.1)
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self.h2.send_headers(stream.stream_id, [(b":status", b"100")])
 
     def _data(self, event: h2.events.DataReceived) -> None:
         assert event.stream_id is not None

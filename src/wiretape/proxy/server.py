@@ -48,8 +48,17 @@ class Listeners:
         return next(self._ids)
 
     def note_refused(self, status: int, code: str) -> None:
-        """Count a request refused before any exchange began."""
+        """Count a request (or a connection: ``http2_protocol_error``,
+        ``http2_not_supported``) refused before any exchange began."""
         self.refused.append((status, code))
+
+    def refused_said(self) -> str:
+        """The refusals counted, in words: ``2 x 413 request_too_large, ...``
+        (empty when none)."""
+        counts: dict[tuple[int, str], int] = {}
+        for key in self.refused:
+            counts[key] = counts.get(key, 0) + 1
+        return ", ".join(f"{n} x {status} {code}" for (status, code), n in counts.items())
 
     async def listen(
         self,
