@@ -210,7 +210,7 @@ class ClientConnection:
                 self.note_refused(505, "http2_not_supported")
                 self._writer.write(
                     _H2_SETTINGS
-                    + _h2_goaway(b"wiretape speaks HTTP/1.1 only; HTTP/2 is not supported yet")
+                    + _h2_goaway(b"wiretape serves HTTP/1.1 only on this connection")
                 )
                 await self._drain()
                 raise ProtocolRefused("HTTP/2 prior knowledge")

@@ -267,6 +267,11 @@ class H2Server:
                     break
                 if not data:
                     break
+        except asyncio.CancelledError:
+            # the proxy is stopping past its grace: so are the streams under way
+            for task in self._tasks:
+                task.cancel()
+            raise
         finally:
             self._lost("the client closed the connection")
             if self._tasks:
