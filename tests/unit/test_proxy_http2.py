@@ -22,7 +22,14 @@ import pytest
 
 from support.inproc import RawClient, in_loop, listening
 from wiretape.model import Request
-from wiretape.proxy.http1 import ClientConnection, Handler, Responder, serve_connection
+from wiretape.proxy.http1 import (
+    ClientConnection,
+    ConnectionLimits,
+    Handler,
+    Responder,
+    serve_connection,
+)
+from wiretape.proxy.server import Listeners
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -298,3 +305,64 @@ async def test_expect_100_continue_gets_its_interim_answer_before_the_body() -> 
         await client.aclose()
     assert interim[0].headers == [(b":status", b"100")]
     assert [r.body for _, r in app.seen] == [b"body"]
+
+
+@in_loop
+async def test_a_stalled_body_gets_408_a_reset_one_is_forgotten_the_rest_served() -> None:
+    app = Answering()
+    listeners = Listeners(limits=ConnectionLimits(body_timeout=0.3))
+    port = await listeners.listen(0, app.handler_for)
+    try:
+        client = await H2Client.open(port)
+        fields = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"h")]
+        stalled = client.h2.get_next_available_stream_id()
+        client.h2.send_headers(stalled, [*fields, (b":path", b"/v1/stalled")])
+        client.h2.send_data(stalled, b"half")
+        client.replies[stalled] = Reply()
+        dropped = client.h2.get_next_available_stream_id()
+        client.h2.send_headers(dropped, [*fields, (b":path", b"/v1/dropped")])
+        client.h2.reset_stream(dropped)
+        await client.flush()
+        await client.read_until(lambda: client.replies[stalled].ended)
+        served = await client.request(b"GET", b"/v1/after")
+        await client.read_until(lambda: client.replies[served].ended)
+        await client.aclose()
+    finally:
+        await listeners.close(grace=1.0)
+    assert client.replies[stalled].header(b":status") == b"408"
+    assert b"request_timeout" in client.replies[stalled].body
+    assert client.replies[served].header(b":status") == b"200"
+    assert [r.target for _, r in app.seen] == [b"/v1/after"]
+    assert listeners.refused == [(408, "request_timeout")]
+    assert listeners.faults["body_timeout"] == 1
+
+
+@in_loop
+async def test_stopping_lets_the_streams_under_way_finish_then_says_goaway() -> None:
+    release = asyncio.Event()
+    seen: list[bytes] = []
+
+    def handler_for(conn_id: int) -> Handler:
+        async def handle(conn: Responder, request: Request) -> None:
+            seen.append(request.target)
+            await conn.send_head(200, b"OK", ())
+            await conn.send_data(b"first")
+            await release.wait()
+            await conn.send_data(b"last")
+            await conn.end()
+
+        return handle
+
+    listeners = Listeners()
+    port = await listeners.listen(0, handler_for)
+    client = await H2Client.open(port)
+    sid = await client.request(b"GET", b"/v1/slow")
+    await client.read_until(lambda: client.replies[sid].body)
+    closing = asyncio.create_task(listeners.close(grace=5.0))
+    await asyncio.sleep(0.1)
+    release.set()
+    await client.read_until(lambda: client.closed)
+    await closing
+    await client.aclose()
+    assert bytes(client.replies[sid].body) == b"firstlast" and client.replies[sid].ended
+    assert client.goaway is not None and client.goaway.error_code == 0  # NO_ERROR

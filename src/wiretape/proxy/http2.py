@@ -101,6 +101,8 @@ class H2Stream:
         self.gone: str | None = None
         #: the request was refused while it arrived (its answer is under way)
         self.refused = False
+        #: a task answers it (the request is complete, or was refused)
+        self.started = False
         self.method = b"GET"
         self.head: ClientHead | None = None
         self.done = False
@@ -257,14 +259,25 @@ class H2Server:
                 await self.flush()
                 if self._closing or self._finish_if_draining():
                     break
-                idle = not self._streams
+                limits = self.conn.limits
+                arriving = [s for s in self._streams.values() if not s.started]
+                wait = (limits.body_timeout if arriving
+                        else None if self._streams else limits.idle_timeout)
                 try:
-                    async with asyncio.timeout(self.conn.limits.idle_timeout if idle else None):
+                    async with asyncio.timeout(wait):
                         data = await self._reader.read(_READ_SIZE)
                 except TimeoutError:
-                    self.conn.fault("idle_timeout")
-                    self._goodbye()
-                    break
+                    if not arriving:
+                        self.conn.fault("idle_timeout")
+                        self._goodbye()
+                        break
+                    self.conn.fault("body_timeout")
+                    for stream in arriving:  # requests begun, stalled
+                        self._refuse(stream, 408, "request_timeout",
+                                     f"the request body did not arrive after a pause of "
+                                     f"{limits.body_timeout:g} s")
+                    data = b""
+                    continue
                 if not data:
                     break
         except asyncio.CancelledError:
@@ -284,9 +297,10 @@ class H2Server:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
             self.conn.note_refused(400, "http2_protocol_error")
+            code = getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR)
             log.warning("wiretape: HTTP/2 protocol error from the client on %s: %s; it got a "
-                        "GOAWAY (PROTOCOL_ERROR) and was closed, the other connections are "
-                        "served on", self.conn.name, one_line(exc))
+                        "GOAWAY (%s) and was closed, the other connections are served on",
+                        self.conn.name, one_line(exc), getattr(code, "name", code))
             with contextlib.suppress(ClientGone):
                 await self.flush()
             return False
@@ -303,6 +317,8 @@ class H2Server:
                     stream.gone = "the client reset the stream"
                     stream.done = True
                     stream.wake()
+                    if not stream.started:  # nothing answers it: forget it now
+                        self._forget(stream)
             elif isinstance(event, h2.events.WindowUpdated):
                 self._wake(event.stream_id)
             elif isinstance(event, h2.events.RemoteSettingsChanged):
@@ -380,7 +396,13 @@ class H2Server:
 
         self._start(stream, answer())
 
+    def _forget(self, stream: H2Stream) -> None:
+        self._streams.pop(stream.stream_id, None)
+        self.conn.busy = bool(self._streams)
+
     def _start(self, stream: H2Stream, work: Coroutine[None, None, None]) -> None:
+        stream.started = True
+
         async def run() -> None:
             try:
                 await work
@@ -395,8 +417,7 @@ class H2Server:
             finally:
                 if not stream.done:
                     await stream.abort()
-                self._streams.pop(stream.stream_id, None)
-                self.conn.busy = bool(self._streams)
+                self._forget(stream)
                 if self._finish_if_draining():
                     with contextlib.suppress(ClientGone):
                         await self.flush()
