@@ -3,8 +3,8 @@ process, on a real 127.0.0.1 socket, with the h2 library as the client:
 requests mapped from pseudo-header fields, connection-specific response
 fields dropped, streams kept apart, flow control per stream (a stream the
 client does not read does not hold up another), a protocol error answered
-with GOAWAY and counted, and a connection preface refused (and counted)
-where HTTP/2 is not served."""
+with GOAWAY and counted, a connection preface refused (and counted) where
+HTTP/2 is not served, and a malformed CONNECT counted."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ import h2.settings
 import pytest
 
 from support.inproc import RawClient, in_loop, listening
+from wiretape.intercept.ca import RunCA
 from wiretape.model import Request
+from wiretape.proxy.connect import ConnectProxy
 from wiretape.proxy.http1 import (
     ClientConnection,
     ConnectionLimits,
@@ -366,3 +368,23 @@ async def test_stopping_lets_the_streams_under_way_finish_then_says_goaway() -> 
     await client.aclose()
     assert bytes(client.replies[sid].body) == b"firstlast" and client.replies[sid].ended
     assert client.goaway is not None and client.goaway.error_code == 0  # NO_ERROR
+
+
+@in_loop
+async def test_a_malformed_connect_is_counted_as_refused() -> None:
+    async def never(conn: Responder, request: Request) -> None:
+        raise AssertionError("no request expected")
+
+    with RunCA.create() as ca:
+        listeners = Listeners()
+        connect = ConnectProxy(ca, {}, lambda *_: never, tunnel=True,
+                               next_connection_id=listeners.next_connection_id, max_body=1000)
+        port = await listeners.listen(0, lambda _id: never, connect=connect)
+        try:
+            async with await RawClient.open(port) as raw:
+                await raw.send(b"CONNECT no-port-here HTTP/1.1\r\nHost: x\r\n\r\n")
+                reply = await raw.response()
+        finally:
+            await listeners.close(grace=0.5)
+    assert reply.status == 400 and b"malformed_connect" in reply.body
+    assert listeners.refused == [(400, "malformed_connect")]

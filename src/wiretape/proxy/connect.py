@@ -122,6 +122,7 @@ class ConnectProxy:
     async def __call__(self, conn: ClientConnection, request: Request) -> None:
         found = split_authority(request.target)
         if found is None:
+            conn.note_refused(400, "malformed_connect")
             await conn.refuse_tunnel(400, "malformed_connect",
                                      f"CONNECT target {request.target!r} is not host:port")
             return
