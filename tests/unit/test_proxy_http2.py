@@ -388,3 +388,21 @@ async def test_a_malformed_connect_is_counted_as_refused() -> None:
             await listeners.close(grace=0.5)
     assert reply.status == 400 and b"malformed_connect" in reply.body
     assert listeners.refused == [(400, "malformed_connect")]
+
+
+@in_loop
+async def test_a_header_block_as_large_as_an_http1_head_may_be_is_served() -> None:
+    app = Answering()
+    async with listening(app.handler_for) as (_, port):
+        client = await H2Client.open(port)
+        await client.read_until(lambda: client.h2.remote_settings.max_header_list_size)
+        announced = client.h2.remote_settings.max_header_list_size
+        # (hpack's Huffman coding of 200 kB takes seconds in Python: send it raw)
+        encode = client.h2.encoder.encode
+        client.h2.encoder.encode = lambda headers, huffman=True: encode(headers, huffman=False)
+        sid = await client.request(b"GET", b"/v1/big-head", headers=[(b"x-big", b"v" * 200_000)])
+        await client.read_until(lambda: client.replies[sid].ended)
+        await client.aclose()
+    assert announced == 256 * 1024
+    assert client.replies[sid].header(b":status") == b"200"
+    assert dict(app.seen[0][1].headers)[b"x-big"] == b"v" * 200_000

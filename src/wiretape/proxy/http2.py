@@ -38,6 +38,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
 from h2.errors import ErrorCodes
 
 from wiretape.model import Headers, Request
@@ -210,7 +211,13 @@ class H2Server:
         config = h2.config.H2Configuration(client_side=False, header_encoding=None,
                                            validate_inbound_headers=True)
         self.h2 = h2.connection.H2Connection(config=config)
-        self.h2.local_settings.max_concurrent_streams = MAX_STREAMS
+        # Announced in the server preface (RFC 9113 §6.5.2): the header
+        # block may be as large as an HTTP/1.1 head may be.
+        head_bytes = conn.limits.max_head_bytes
+        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: head_bytes})
+        self.h2.decoder.max_header_list_size = head_bytes
         self._streams: dict[int, H2Stream] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
