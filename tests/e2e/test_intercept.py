@@ -141,6 +141,23 @@ def test_curl_over_https(tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> Non
     replay_exact(tmp_path, run, rec, received, command)
 
 
+def test_curl_http2_over_https(tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
+    """ALPN offers h2 inside the tunnel: curl --http2 speaks it, the
+    exchange is recorded as HTTP/2, and the replay serves it HTTP/2 again."""
+    command = [str(INTERCEPT_CLIENTS / "curl_h2.sh")]
+    script = [TextTurn("Red, yellow and blue.")]
+    run, rec, received = record_intercepted(tmp_path, upstream_ca, script, "api.openai.com",
+                                            command)
+    assert rec.returncode == 0, explain(rec)
+    assert b"data: [DONE]" in rec.stdout and rec.stdout.endswith(b"\nhttp_version 2\n")
+    with open_run(run) as rf:
+        [exchange] = rf.exchanges()
+    assert exchange.request.http_version == b"2"
+    assert dict(exchange.request.headers)[b"host"] == b"api.openai.com"
+    assert exchange.response is not None and exchange.response.http_version == b"1.1"
+    replay_exact(tmp_path, run, rec, received, command)
+
+
 TOOL_HOST = "tools.example.test"
 
 

@@ -1,7 +1,8 @@
 """The proxy at its edges, on real sockets: protocols it refuses (and how
-fast), framing it must get right (keep-alive, 100-continue, hop-by-hop
-headers, body caps, malformed input), many streams at once, and the
-attach forms ``serve --record`` / ``serve --replay`` with their pacing.
+fast; HTTP/2, which it serves, is test_http2.py's), framing it must get
+right (keep-alive, 100-continue, hop-by-hop headers, body caps, malformed
+input), many streams at once, and the attach forms ``serve --record`` /
+``serve --replay`` with their pacing.
 """
 
 from __future__ import annotations
@@ -249,40 +250,6 @@ def stop_and_load(wt: Wiretape, run: Path) -> list:
 
 
 # --- refused protocols -----------------------------------------------------------------------
-
-H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-H2_EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
-
-
-def h2_frames(data: bytes) -> list[tuple[int, bytes]]:
-    frames, pos = [], 0
-    while pos + 9 <= len(data):
-        length = int.from_bytes(data[pos:pos + 3], "big")
-        frames.append((data[pos + 3], data[pos + 9:pos + 9 + length]))
-        pos += 9 + length
-    return frames
-
-
-def test_http2_prior_knowledge_gets_a_goaway_quickly(serve_record, upstream):
-    wt, port, run = serve_record
-    t0 = time.monotonic()
-    with Conn(port, timeout=5) as conn:
-        conn.send(H2_PREFACE + H2_EMPTY_SETTINGS)
-        assert conn.closed_within(5), "the proxy kept an HTTP/2 connection open"
-        elapsed = time.monotonic() - t0
-        frames = h2_frames(conn.buf)
-    assert elapsed < 3
-    goaway = [payload for kind, payload in frames if kind == 0x7]
-    assert len(goaway) == 1, frames
-    assert int.from_bytes(goaway[0][4:8], "big") == 0xD  # HTTP_1_1_REQUIRED
-    assert b"HTTP/1.1" in goaway[0][8:]
-    # and the proxy serves HTTP/1.1 as before
-    with Conn(port) as conn:
-        conn.send(post("/v1/after-h2", {"x": 1}))
-        assert conn.reply().status == 200
-    assert [e.request.target for e in stop_and_load(wt, run)] == [b"/v1/after-h2"]
-    assert [s.target for s in upstream.seen()] == [b"/v1/after-h2"]
-
 
 def test_websocket_upgrade_gets_501(serve_record, upstream):
     wt, port, run = serve_record

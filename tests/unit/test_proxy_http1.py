@@ -179,28 +179,6 @@ async def test_a_client_leaving_inside_its_request_body_is_not_served(hang_up: s
     assert app.seen == []
 
 
-H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-@in_loop
-async def test_http2_prior_knowledge_gets_settings_and_goaway() -> None:
-    app = Answering()
-    async with listening(app.handler_for) as (_, port), await RawClient.open(port) as client:
-        await client.send(H2_PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
-        data = await asyncio.wait_for(client.reader.read(), 2)
-    frames, pos = [], 0
-    while pos + 9 <= len(data):
-        length = int.from_bytes(data[pos:pos + 3], "big")
-        frames.append((data[pos + 3], data[pos + 9:pos + 9 + length]))
-        pos += 9 + length
-    assert pos == len(data)
-    assert [kind for kind, _ in frames] == [0x4, 0x7]  # SETTINGS, GOAWAY
-    goaway = frames[1][1]
-    assert int.from_bytes(goaway[4:8], "big") == 0xD  # HTTP_1_1_REQUIRED
-    assert goaway[8:].startswith(b"wiretape speaks HTTP/1.1 only")
-    assert app.seen == []
-
-
 @pytest.mark.parametrize(("raw", "status", "code"), [
     (b"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n",
      405, "connect_not_supported"),

@@ -75,7 +75,7 @@ class RunCA:
         self.directory: Path = directory
         self._ski = cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
         self._leaves: dict[str, bytes] = {}
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._contexts: dict[tuple[str, tuple[str, ...]], ssl.SSLContext] = {}
         self._serial = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
@@ -147,7 +147,8 @@ class RunCA:
                                     serialization.NoEncryption())
         return pem_of(cert) + self.cert_pem + key_pem
 
-    def _load(self, name: str, san: x509.GeneralName) -> ssl.SSLContext:
+    def _load(self, name: str, san: x509.GeneralName,
+              alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
         """Build a server context for ``name``; the caller holds the lock."""
         if self._closed:
             raise RuntimeError(f"RunCA {self.directory} is closed")
@@ -161,24 +162,26 @@ class RunCA:
                 file.write(chain)
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
-            context.set_alpn_protocols(["http/1.1"])
+            context.set_alpn_protocols(list(alpn))
             context.load_cert_chain(path)
         finally:
             path.unlink(missing_ok=True)
         return context
 
-    def server_context(self, hostname: str) -> ssl.SSLContext:
-        """Return a server-side context (TLS 1.2 or newer, ALPN ``http/1.1``) that
+    def server_context(self, hostname: str, *,
+                       alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
+        """Return a server-side context (TLS 1.2 or newer, offering the ALPN
+        protocols ``alpn`` in order of preference, RFC 7301) that
         presents a leaf for ``hostname`` signed by this CA, with the leaf and CA
         certificates as its chain. ``hostname`` is a DNS name (case-insensitive, a
         trailing dot ignored) or an IP address, which gets an iPAddress SAN (RFC 5280
-        §4.2.1.6). One context per name, cached. ValueError for any other string;
+        §4.2.1.6). One context per name and ``alpn``, cached. ValueError for any other string;
         RuntimeError after :meth:`close`."""
         name, san = _normalize(hostname)
         with self._lock:
-            context = self._contexts.get(name)
+            context = self._contexts.get((name, alpn))
             if context is None:
-                context = self._contexts[name] = self._load(name, san)
+                context = self._contexts[name, alpn] = self._load(name, san, alpn)
             return context
 
     def sni_context(self, on_hostname: Callable[[str], None] | None = None, *,

@@ -22,7 +22,7 @@ from wiretape.errors import UsageError
 from wiretape.intercept.ca import RunCA
 from wiretape.model import Request
 from wiretape.origins import KNOWN_ORIGINS, UpstreamOptions, parse_resolve
-from wiretape.proxy.http1 import ClientConnection, ErrorBody, Handler
+from wiretape.proxy.http1 import ErrorBody, Handler, Responder
 
 #: Variables naming the forward proxy. Both cases: curl reads only the
 #: lower-case ``http_proxy``; httpx and requests prefer lower case when both
@@ -106,7 +106,7 @@ def plain_http_refusal(error_body: ErrorBody,
                        on_refused: Callable[[int, str], None] | None = None) -> Handler:
     """The handler for requests sent to the forward proxy without CONNECT
     (plain ``http://`` through ``HTTP_PROXY``): 400, never forwarded."""
-    async def refuse(conn: ClientConnection, request: Request) -> None:
+    async def refuse(conn: Responder, request: Request) -> None:
         if on_refused is not None:
             on_refused(400, "plain_http_not_intercepted")
         headers, body = error_body(

@@ -717,6 +717,9 @@ async def _judge_replay(session: _Replay) -> None:
                          learned=learned)
     sandbox = session.sandbox
     notes = list(session.notes)
+    if session.listeners.refused:
+        notes.append("wiretape: refused before any answer from the recording (not in the "
+                     f"verdict's counts): {session.listeners.refused_said()}")
     if sandbox is not None and exit_status is not None:
         box = sandbox
         outcome["files"] = files_facet(

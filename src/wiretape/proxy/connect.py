@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from wiretape.intercept.ca import RunCA
 from wiretape.model import ConnectReportJSON, Request, TunnelJSON
 from wiretape.proxy.http1 import ClientConnection, ErrorBody, Handler, plain_error, serve_connection
+from wiretape.proxy.http2 import serve_h2
 
 _COPY_SIZE = 65536
 #: Seconds to reach a tunnelled host.
@@ -121,6 +122,7 @@ class ConnectProxy:
     async def __call__(self, conn: ClientConnection, request: Request) -> None:
         found = split_authority(request.target)
         if found is None:
+            conn.note_refused(400, "malformed_connect")
             await conn.refuse_tunnel(400, "malformed_connect",
                                      f"CONNECT target {request.target!r} is not host:port")
             return
@@ -145,7 +147,7 @@ class ConnectProxy:
             await conn.close()
             return
         try:
-            await conn.start_tls(self._ca.server_context(host))
+            await conn.start_tls(self._ca.server_context(host, alpn=("h2", "http/1.1")))
         except (ssl.SSLError, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
             self.report.rejected[host] = rejection(host, exc)
             self._changed()
@@ -156,7 +158,7 @@ class ConnectProxy:
         inner = conn.tunnelled(authority, max_body=self._max_body, error_body=self._error_body,
                                on_refused=self._on_refused)
         await serve_connection(inner, self._handler_for(self._hosts[host], authority,
-                                                        self._next_id()))
+                                                        self._next_id()), http2=serve_h2)
 
     async def _pass_through(self, conn: ClientConnection, host: str, port: int) -> None:
         tunnel = self.report.tunnels.setdefault((host, port), Tunnel(host, port))

@@ -1,8 +1,9 @@
 """The listening side of the proxy: one client connection, driven by h11.
 
 Owns reading requests (with a body cap, 100-continue, timeouts, a cap on
-header fields, and clear errors for HTTP/2 prior knowledge, CONNECT,
-WebSocket upgrades and request-targets or framings it will not relay) and
+header fields, and clear errors for CONNECT, WebSocket upgrades and
+request-targets or framings it will not relay; a connection opening with
+the HTTP/2 preface is handed to ``proxy.http2``) and
 writing responses byte for byte: the head is serialised here (order and
 case as given), the body framed per ``hop.Framing``. h11 tracks the
 connection state so keep-alive works; its own output for responses is not
@@ -19,7 +20,7 @@ import json
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NoReturn, Protocol
 from urllib.parse import urlsplit
 
 import h11
@@ -65,6 +66,15 @@ class ConnectionLimits:
 
 class ProtocolRefused(Exception):
     """A request this proxy will not serve; the response was already sent."""
+
+
+class PriorKnowledge(Exception):
+    """The client opened with the HTTP/2 connection preface (RFC 9113 §3.4);
+    ``data`` holds the bytes read so far, preface first."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__("HTTP/2 connection preface")
+        self.data = data
 
 
 class _ReadTimeout(Exception):
@@ -179,6 +189,9 @@ class ClientConnection:
         self.draining = False
         #: The connection served inside this one's tunnel (TLS interception).
         self.inner: ClientConnection | None = None
+        #: Whether an HTTP/2 preface hands the connection to HTTP/2
+        #: (PriorKnowledge); else it gets SETTINGS and GOAWAY.
+        self.accepts_h2 = False
 
     def fault(self, kind: str) -> None:
         """Count a connection-level error."""
@@ -199,9 +212,12 @@ class ClientConnection:
         if self._first_read and data:
             self._first_read = False
             if _H2_PREFACE.startswith(data[: len(_H2_PREFACE)]) and data.startswith(b"PRI "):
+                if self.accepts_h2:
+                    raise PriorKnowledge(data)
+                self.note_refused(505, "http2_not_supported")
                 self._writer.write(
                     _H2_SETTINGS
-                    + _h2_goaway(b"wiretape speaks HTTP/1.1 only; HTTP/2 is not supported yet")
+                    + _h2_goaway(b"wiretape serves HTTP/1.1 only on this connection")
                 )
                 await self._drain()
                 raise ProtocolRefused("HTTP/2 prior knowledge")
@@ -353,9 +369,34 @@ class ClientConnection:
         )
         raise ProtocolRefused("body too large")
 
-    async def _refuse(self, status: int, code: str, message: str, *, notify: bool = True) -> None:
-        if notify and self._on_refused is not None:
+    # -- for the HTTP/2 streams served on this connection (proxy.http2) ---
+
+    @property
+    def authority(self) -> str | None:
+        """The host of the intercepted tunnel this connection is inside."""
+        return self._authority
+
+    @property
+    def max_body(self) -> int:
+        """The cap on a request body, bytes."""
+        return self._max_body
+
+    def note_refused(self, status: int, code: str) -> None:
+        """Count a request (or connection) refused before any exchange began."""
+        if self._on_refused is not None:
             self._on_refused(status, code)
+
+    def refusal(self, status: int, code: str, message: str, *,
+                count: bool = True) -> tuple[Headers, bytes]:
+        """The headers and body refusing a request with ``status``; counted
+        (``note_refused``) unless ``count`` is False."""
+        if count:
+            self.note_refused(status, code)
+        return self._error_body(status, code, "wiretape: " + message)
+
+    async def _refuse(self, status: int, code: str, message: str, *, notify: bool = True) -> None:
+        if notify:
+            self.note_refused(status, code)
         headers, body = self._error_body(status, code, "wiretape: " + message)
         if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE) and not self.closed:
             await self.answer(status, _REASONS.get(status, b""), headers, body, keep_alive=False)
@@ -574,24 +615,53 @@ _REASONS = {400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 405: b"Me
             501: b"Not Implemented", 502: b"Bad Gateway", 504: b"Gateway Timeout"}
 
 
-Handler = Callable[[ClientConnection, Request], Awaitable[None]]
+class Responder(Protocol):
+    """What a handler answers a request through: an HTTP/1.1 connection
+    (``ClientConnection``) or one HTTP/2 stream (``http2.H2Stream``).
+    Each method raises ClientGone when the client can no longer be
+    answered, but ``abort``, which never raises."""
+
+    async def send_head(self, status: int, reason: bytes, headers: Headers, *,
+                        keep_alive: bool = True) -> ClientHead: ...
+
+    async def send_data(self, data: bytes) -> None: ...
+
+    async def end(self) -> None: ...
+
+    async def abort(self) -> None: ...
+
+
+#: Answers one request.
+Handler = Callable[[Responder, Request], Awaitable[None]]
+#: Answers a CONNECT, owning the connection from then on.
+ConnectHandler = Callable[[ClientConnection, Request], Awaitable[None]]
+#: Serves a connection as HTTP/2: (connection, bytes read so far, handler).
+Http2Server = Callable[[ClientConnection, bytes, Handler], Awaitable[None]]
 
 
 async def serve_connection(conn: ClientConnection, handler: Handler,
-                           connect: Handler | None = None) -> None:
+                           connect: ConnectHandler | None = None,
+                           http2: Http2Server | None = None) -> None:
     """Read requests from ``conn`` and hand each to ``handler`` until the
     connection ends. A CONNECT (when the connection accepts them) goes to
-    ``connect``, which owns the connection from then on.
+    ``connect``, which owns the connection from then on. A connection
+    opening with the HTTP/2 preface goes to ``http2`` (without it, it gets
+    GOAWAY with HTTP_1_1_REQUIRED, counted as refused).
 
     Never raises (but CancelledError): a connection that breaks is counted
     (``conn.fault``); a bug is one logged line, and a 500 when no answer
     was begun.
     """
+    conn.accepts_h2 = http2 is not None
     try:
         while True:
             try:
                 request = await conn.read_request()
             except ProtocolRefused:
+                return
+            except PriorKnowledge as h2c:
+                assert http2 is not None
+                await http2(conn, h2c.data, handler)
                 return
             if request is None:
                 return

@@ -37,7 +37,7 @@ from wiretape.model import Ending, Exchange, Frame, Redaction, Request, Response
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import upstream
 from wiretape.proxy.hop import ClientHead, Framing
-from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
+from wiretape.proxy.http1 import ClientGone, Handler, Responder
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.spool import DEFAULT_SPOOL_AT, Gathered, Spool, may_spool
 from wiretape.redaction import STANDARD, Rules, redact_exchange, redact_request
@@ -118,13 +118,13 @@ class Recorder:
         root, host, base = parse_upstream(upstream_url)
         shown = root + base  # named in error answers: without any userinfo
 
-        async def handle(conn: ClientConnection, request: Request) -> None:
+        async def handle(conn: Responder, request: Request) -> None:
             await self._forward(conn, request, origin, shown, root, host, connection_id)
 
         return handle
 
     async def _forward(
-        self, conn: ClientConnection, request: Request, origin: str, upstream_url: str,
+        self, conn: Responder, request: Request, origin: str, upstream_url: str,
         root: str, host: str, connection_id: int,
     ) -> None:
         if self.write_failure is not None:
@@ -246,7 +246,7 @@ class Recorder:
                             ttfb, duration, error)
         self._schedule_store(exchange, gathered, prepared)
 
-    async def _refuse(self, conn: ClientConnection, request: Request,
+    async def _refuse(self, conn: Responder, request: Request,
                       failure: RunFileWriteError) -> None:
         self.stats.refused += 1
         headers, body = error_response(

@@ -28,7 +28,7 @@ from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail, 
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Candidate, Decision, Kind, Policy, Remaining, decide, exact
 from wiretape.playback.pacing import Pace, schedule
-from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler
+from wiretape.proxy.http1 import ClientGone, Handler, Responder
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.redaction import REDACTED, LiveRedactor
 from wiretape.store.runfile import RunFile
@@ -163,7 +163,7 @@ class Replayer:
         return self._learned
 
     def handler(self, origin: str, connection_id: int) -> Handler:
-        async def handle(conn: ClientConnection, request: Request) -> None:
+        async def handle(conn: Responder, request: Request) -> None:
             await self._answer(conn, request)
 
         return handle
@@ -181,7 +181,7 @@ class Replayer:
             if isinstance(result, BaseException):
                 raise result
 
-    async def _answer(self, conn: ClientConnection, request: Request) -> None:
+    async def _answer(self, conn: Responder, request: Request) -> None:
         async with self._lock:
             if (len(request.body) + len(request.target) <= INLINE_BYTES
                     and not self._tape.recorded_for(request)):
@@ -298,13 +298,13 @@ class Replayer:
                 live.method, live.target, row["detail"], decided_at_ns=decided_at_ns)
 
     async def _reject(
-        self, conn: ClientConnection, request: Request, code: str, message: str
+        self, conn: Responder, request: Request, code: str, message: str
     ) -> None:
         headers, body = error_response(request.path, 400, code, message)
         with contextlib.suppress(ClientGone):
             await conn.answer(400, b"Bad Request", headers, body)
 
-    async def _serve(self, conn: ClientConnection, exchange: Exchange) -> None:
+    async def _serve(self, conn: Responder, exchange: Exchange) -> None:
         response = exchange.response
         if response is None:
             # A run without the stored answer (older, imported): make it

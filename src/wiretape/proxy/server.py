@@ -16,12 +16,14 @@ from wiretape.model import DEFAULT_MAX_BODY
 from wiretape.proxy.faults import Faults, LoopGuard
 from wiretape.proxy.http1 import (
     ClientConnection,
+    ConnectHandler,
     ConnectionLimits,
     ErrorBody,
     Handler,
     plain_error,
     serve_connection,
 )
+from wiretape.proxy.http2 import serve_h2
 
 LOOPBACK = "127.0.0.1"
 
@@ -46,8 +48,17 @@ class Listeners:
         return next(self._ids)
 
     def note_refused(self, status: int, code: str) -> None:
-        """Count a request refused before any exchange began."""
+        """Count a request (or a connection: ``http2_protocol_error``,
+        ``http2_not_supported``) refused before any exchange began."""
         self.refused.append((status, code))
+
+    def refused_said(self) -> str:
+        """The refusals counted, in words: ``2 x 413 request_too_large, ...``
+        (empty when none)."""
+        counts: dict[tuple[int, str], int] = {}
+        for key in self.refused:
+            counts[key] = counts.get(key, 0) + 1
+        return ", ".join(f"{n} x {status} {code}" for (status, code), n in counts.items())
 
     async def listen(
         self,
@@ -55,14 +66,16 @@ class Listeners:
         handler_for: Callable[[int], Handler],
         error_body: ErrorBody = plain_error,
         sock: socket.socket | None = None,
-        connect: Handler | None = None,
+        connect: ConnectHandler | None = None,
     ) -> int:
         """Listen on ``LOOPBACK:port`` (0: any free port); return the port.
 
         ``handler_for(connection_id)`` gives each connection its handler.
         ``sock``: an already listening socket to serve instead (one made in
         the agent's network namespace). ``connect``: the handler for CONNECT
-        requests (a forward proxy); without it CONNECT gets 405. Raises PortInUse.
+        requests (a forward proxy); without it CONNECT gets 405. A connection
+        opening with the HTTP/2 preface is served as HTTP/2 (``proxy.http2``).
+        Raises PortInUse.
         """
 
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -76,7 +89,7 @@ class Listeners:
                 task.set_name(f"wiretape-conn-{conn_id}")
                 self._tasks[task] = conn
             try:
-                await serve_connection(conn, handler_for(conn_id), connect)
+                await serve_connection(conn, handler_for(conn_id), connect, serve_h2)
             except asyncio.CancelledError:
                 # Only close() cancels these tasks. Ending normally keeps
                 # CPython 3.11's start_server callback from logging a
