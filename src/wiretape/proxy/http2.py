@@ -87,6 +87,10 @@ def request_of(fields: list[tuple[bytes, bytes]], body: bytes) -> Request:
                    headers=tuple(headers), body=body, http_version=b"2")
 
 
+#: DATA bytes held for one write (``more=True``) before they are sent anyway
+_HOLD_AT_MOST = 256 * 1024
+
+
 class H2Stream:
     """One HTTP/2 stream's answer: the ``http1.Responder`` a handler writes
     its response through. Raises ClientGone when the client reset the
@@ -108,6 +112,8 @@ class H2Stream:
         self.head: ClientHead | None = None
         self.done = False
         self._window = asyncio.Event()
+        #: DATA bytes queued since the last write (``more=True``)
+        self._held = 0
 
     def wake(self) -> None:
         """The stream's window (or state) may have changed."""
@@ -118,9 +124,10 @@ class H2Stream:
             raise ClientGone(self.gone)
 
     async def send_head(self, status: int, reason: bytes, headers: Headers, *,
-                        keep_alive: bool = True) -> ClientHead:
+                        keep_alive: bool = True, more: bool = False) -> ClientHead:
         """Send the response's HEADERS frame; the reason phrase is not
-        carried (HTTP/2 has none). ``keep_alive`` has no meaning here."""
+        carried (HTTP/2 has none). ``keep_alive`` has no meaning here.
+        ``more``: held, to go out with what follows (``http1.Responder``)."""
         self._check()
         base = client_head(status, reason, headers, method=self.method, keep_alive=True)
         fields = response_fields(status, base.headers)
@@ -133,13 +140,17 @@ class H2Stream:
         except h2.exceptions.H2Error as exc:
             self.gone = f"the stream cannot be answered: {one_line(exc)}"
             raise ClientGone(self.gone) from exc
-        await self._server.flush()
+        if not more:
+            await self._server.flush()
         return self.head
 
-    async def send_data(self, data: bytes) -> None:
+    async def send_data(self, data: bytes, *, more: bool = False) -> None:
         """Send one piece of the body: one DATA frame, or several when the
-        peer's flow-control window or largest frame is smaller."""
+        peer's flow-control window or largest frame is smaller. ``more``:
+        held, to go out with what follows (at most 256 KiB is held)."""
         if not data or self.head is None or self.head.framing is Framing.NONE:
+            if not more:
+                await self.flush()
             return
         view = memoryview(data)
         while view:
@@ -150,7 +161,21 @@ class H2Stream:
                 self.gone = f"the stream cannot be answered: {one_line(exc)}"
                 raise ClientGone(self.gone) from exc
             view = view[size:]
-            await self._server.flush()
+            self._held += size
+            if not more or view or self._held >= _HOLD_AT_MOST:
+                await self.flush()
+
+    async def flush(self) -> None:
+        """Send what was held now."""
+        self._held = 0
+        await self._server.flush()
+
+    async def answer(self, status: int, reason: bytes, headers: Headers, body: bytes, *,
+                     keep_alive: bool = True) -> None:
+        """A whole response (HEADERS, DATA, END_STREAM) in one write."""
+        await self.send_head(status, reason, headers, more=True)
+        await self.send_data(body, more=True)
+        await self.end()
 
     async def _room(self, wanted: int) -> int:
         """Bytes that may be sent now (at least 1): waits for a
@@ -167,6 +192,7 @@ class H2Stream:
                 raise ClientGone(self.gone) from exc
             if room > 0:
                 return room
+            await self.flush()  # (what is held is what the peer's window waits for)
             self._window.clear()
             try:
                 async with asyncio.timeout(timeout):
@@ -393,9 +419,7 @@ class H2Server:
         headers, body = self.conn.refusal(status, code, message)
 
         async def answer() -> None:
-            await stream.send_head(status, b"", headers)
-            await stream.send_data(body)
-            await stream.end()
+            await stream.answer(status, b"", headers, body)
             if not stream.gone:  # the rest of the request is not wanted (RFC 9113 §8.1)
                 with contextlib.suppress(h2.exceptions.H2Error):
                     self.h2.reset_stream(stream.stream_id, ErrorCodes.NO_ERROR)
