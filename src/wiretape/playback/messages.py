@@ -5,12 +5,14 @@ client message answers to, and which recorded server messages to send
 The recorded session is read as turns: the server messages before the
 first client message open it; each client message is followed by the
 server messages recorded after it, up to the next client message. Live
-client messages are matched in order against the recorded ones: exact when
-opcode, payload (and a close's code) are equal, else diverged with the
-explanation of how the payloads differ (``matching.explain``: a JSON
-pointer inside a JSON message); a live client message with no recorded one
-left is missing. Pings and pongs are the connection's liveness, answered by
-the protocol on each side: they are neither matched nor sent.
+data messages (text, binary) are matched in order against the recorded
+ones, and a live close against the recorded close: exact when opcode,
+payload (and a close's code) are equal, else diverged with the explanation
+of how the payloads differ (``matching.explain``: a JSON pointer inside a
+JSON message). A live client message with no recorded one left is
+missing: nothing was recorded to answer it, so the session ends there.
+Pings and pongs are the connection's liveness, answered by the protocol on
+each side: they are neither matched nor sent.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ class Step:
     send: tuple[int, ...]
     stop: bool
 
+    @property
+    def end(self) -> bool:
+        """Whether the session ends here (a stop, or a missing message)."""
+        return self.stop or self.decision["kind"] == "missing"
+
 
 class SessionScript:
     """The recorded ``messages`` of one session and what is left of them.
@@ -45,7 +52,12 @@ class SessionScript:
         self.messages = tuple(messages)
         self._mode = mode
         content = [i for i, m in enumerate(self.messages) if m.opcode in CONTENT]
-        self._clients = [i for i in content if self.messages[i].direction == "client"]
+        clients = [i for i in content if self.messages[i].direction == "client"]
+        #: the recorded client data messages, in order, and the client's close
+        self._clients = [i for i in clients if self.messages[i].opcode is not Opcode.CLOSE]
+        self._close = next((i for i in clients if self.messages[i].opcode is Opcode.CLOSE),
+                           None)
+        self._anchors = clients
         #: per recorded client message (and -1: the opening), the server
         #: messages that followed it
         self._after: dict[int, list[int]] = {-1: []}
@@ -68,12 +80,14 @@ class SessionScript:
     def anchor_offset(self, index: int) -> int:
         """The recorded offset (ns) that a server message's pacing counts
         from: that of the client message it followed (0: the opening)."""
-        before = [c for c in self._clients if c < index]
+        before = [c for c in self._anchors if c < index]
         return self.messages[before[-1]].offset_ns if before else 0
 
-    def peek(self) -> int | None:
-        """The index of the recorded client message the next live one is
-        compared with (None: none left)."""
+    def peek(self, opcode: Opcode) -> int | None:
+        """The index of the recorded client message a live one of
+        ``opcode`` is compared with (None: none left)."""
+        if opcode is Opcode.CLOSE:
+            return self._close if self._close not in self.used else None
         return self._clients[self._next] if self._next < len(self._clients) else None
 
     def receive(self, live: Message) -> Step:
@@ -81,14 +95,15 @@ class SessionScript:
         the recording was)."""
         index = self._live
         self._live += 1
-        if self._next >= len(self._clients):
+        at = self.peek(live.opcode)
+        if at is None:
             decision: MessageDecisionJSON = {
                 "index": index, "kind": "missing", "recorded": None,
                 "opcode": live.opcode.value, "size": len(live.payload)}
             self.decisions.append(decision)
             return Step(decision, (), self._mode is Mode.STRICT)
-        at = self._clients[self._next]
-        self._next += 1
+        if live.opcode is not Opcode.CLOSE:
+            self._next += 1
         self.used.add(at)
         recorded = self.messages[at]
         same = (recorded.opcode is live.opcode and recorded.payload == live.payload

@@ -21,6 +21,7 @@ import contextlib
 import ssl
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from websockets.exceptions import InvalidState, ProtocolError
 from websockets.frames import Close, CloseCode, Frame
@@ -119,7 +120,8 @@ class Peer:
     §7.4.1)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 side: Side, direction: str, t0: int, max_size: int) -> None:
+                 side: Side, direction: Literal["client", "server"], t0: int,
+                 max_size: int) -> None:
         self.reader = reader
         self.writer = writer
         self.protocol = Protocol(side, state=State.OPEN, max_size=max_size)
@@ -168,7 +170,7 @@ class Peer:
         return received, frames
 
     def _assemble(self, frame: Frame, now: int) -> Message | None:
-        side = "client" if self.direction == "client" else "server"
+        side = self.direction
         op = frame.opcode
         if op in (WireOpcode.TEXT, WireOpcode.BINARY):
             kind = Opcode.TEXT if op is WireOpcode.TEXT else Opcode.BINARY

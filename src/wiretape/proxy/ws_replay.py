@@ -8,7 +8,8 @@ each live client message is decided by ``playback.messages`` and the server
 messages recorded after its counterpart are sent after it, paced as
 recorded (their offsets from that client message's) or at once (``fast``).
 A strict replay that meets a mismatch closes the session with 1008 and the
-reason (RFC 6455 §7.4.1), and the replay stops.
+reason (RFC 6455 §7.4.1), and the replay stops; a missing message (nothing
+recorded answers it) ends the session so in any mode.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
                 if live.opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CLOSE):
                     continue  # pings are answered by the protocol itself
                 step = script.receive(_redacted(live, script, redact))
-                if step.stop:
-                    reason = on_stop(step)
+                if step.end:
+                    reason = on_stop(step) if step.stop else (
+                        f"wiretape replay: client message {step.decision['index']} has no "
+                        "recorded counterpart (missing)")
                     sender.cancel()
                     peer.close(1008, reason)
                     await peer.flush()
@@ -100,7 +103,7 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
 
 
 def _redacted(live: Message, script: SessionScript, redact: Redact) -> Message:
-    nxt = script.peek()
+    nxt = script.peek(live.opcode)
     payload = redact(live.payload, script.messages[nxt].payload if nxt is not None else None)
     return live if payload == live.payload else Message(
         live.direction, live.opcode, payload, live.offset_ns, live.close_code)

@@ -1,0 +1,199 @@
+"""WebSocket sessions end to end (DESIGN.md, "WebSockets"): a raw
+``websockets`` client in its own process speaks the Responses API over
+WebSocket to the fake provider through ``wiretape record``; the session is
+stored as its handshake and its messages, and ``wiretape replay`` serves it
+with the fake provider gone: exact, a changed message diverged with its JSON
+pointer, an extra message missing; an origin that refuses the upgrade and a
+client that drops without a close handshake are stored as what crossed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wiretape.model import Ending, Opcode
+from wiretape.store.runfile import open_run
+from wiretape.testing import FakeProvider, TextTurn, ToolCall, ToolCallTurn
+
+CLIENT = str(Path(__file__).resolve().parent / "clients_ws" / "ws_client.py")
+PROMPTS = ("add 2 and 3", "thanks")
+
+_SCRUB = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "HTTP_PROXY", "HTTPS_PROXY",
+          "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "WIRETAPE_HOME")
+
+
+def env() -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    out.update(OPENAI_API_KEY="sk-ws-test", PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1")
+    return out
+
+
+def wiretape(*args: str, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=cwd, env=env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def script() -> list[Any]:
+    return [ToolCallTurn([ToolCall("add", {"a": 2, "b": 3})]), TextTurn("The sum is 5.")]
+
+
+def record(base: Path, name: str, *client_args: str) -> tuple[Path, dict[str, Any]]:
+    with FakeProvider(script()) as fp:
+        done = wiretape("record", "-o", name, "--upstream", f"openai={fp.url}/v1", "--",
+                        sys.executable, CLIENT, *client_args, cwd=base)
+    assert done.returncode == 0, done.stderr
+    return base / name, seen(done.stdout)
+
+
+def seen(stdout: str) -> dict[str, Any]:
+    found = [line[3:] for line in stdout.splitlines() if line.startswith("WS ")]
+    assert len(found) == 1, stdout
+    return json.loads(found[0])
+
+
+def verdict_line(stderr: str) -> str:
+    found = [line for line in stderr.splitlines() if line.startswith("wiretape: verdict ")]
+    assert len(found) == 1, stderr
+    return found[0]
+
+
+def stored_verdict(run: Path) -> dict[str, Any]:
+    done = wiretape("verdict", str(run), "--json", cwd=run.parent)
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    return record(tmp_path_factory.mktemp("ws"), "ws.wtape", *PROMPTS)
+
+
+@pytest.fixture
+def run(recorded: tuple[Path, dict[str, Any]], tmp_path: Path) -> Path:
+    copy = tmp_path / "ws.wtape"
+    copy.write_bytes(recorded[0].read_bytes())
+    return copy
+
+
+def test_record_stores_the_handshake_and_every_message(recorded):
+    path, got = recorded
+    # the client saw the whole Responses stream of both turns, and a clean close
+    assert got["calls"] == [["add", '{"a": 2, "b": 3}']]
+    assert got["text"] == "The sum is 5."
+    assert got["types"].count("response.completed") == 2
+    assert got["close"] == [1000, "done"]
+    with open_run(path) as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.request.method == b"GET" and exchange.request.target == b"/v1/responses"
+    assert exchange.response is not None and exchange.response.status == 101
+    assert exchange.ending is Ending.COMPLETE
+    messages = exchange.messages
+    clients = [m for m in messages if m.direction == "client"]
+    assert [m.opcode for m in clients] == [Opcode.TEXT, Opcode.TEXT, Opcode.CLOSE]
+    assert json.loads(clients[0].payload)["input"][0]["content"] == "add 2 and 3"
+    assert (clients[2].close_code, clients[2].payload) == (1000, b"done")
+    servers = [m for m in messages if m.direction == "server"]
+    events = [json.loads(m.payload)["type"] for m in servers if m.opcode is Opcode.TEXT]
+    assert events == got["types"]
+    # what the client saw is stored verbatim, in order, with rising offsets
+    deltas = [json.loads(m.payload) for m in servers if m.opcode is Opcode.TEXT]
+    assert "".join(d["delta"] for d in deltas
+                   if d["type"] == "response.output_text.delta") == "The sum is 5."
+    assert messages[0] == clients[0]
+    offsets = [m.offset_ns for m in messages]
+    assert offsets == sorted(offsets) and offsets[0] > 0
+    assert servers[-1].opcode is Opcode.CLOSE
+    # the key in the handshake is not stored; secrets never reach the disk
+    headers = {k.lower(): v for k, v in exchange.request.headers}
+    assert b"sk-ws-test" not in headers[b"authorization"]
+
+
+def test_replay_serves_the_session_exact_with_the_provider_gone(recorded, run, tmp_path):
+    done = wiretape("replay", str(run), "--json", "--", sys.executable, CLIENT, *PROMPTS,
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert seen(done.stdout) == recorded[1]
+    line = verdict_line(done.stderr)
+    assert line.startswith("wiretape: verdict PASS (strict)")
+    assert "messages: exact 3, diverged 0, missing 0, unused 0" in line
+    verdict = stored_verdict(run)
+    assert verdict["messages"] == {"exact": 3, "diverged": 0, "missing": 0, "unused": 0}
+    assert verdict["exact"] == 1 and verdict["pass"] is True
+
+
+def test_a_changed_message_diverges_at_its_json_pointer(run, tmp_path):
+    done = wiretape("replay", str(run), "--", sys.executable, CLIENT, "add 2 and 3",
+                    "thank you", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    line = verdict_line(done.stderr)
+    assert line.startswith("wiretape: verdict FAIL (strict)")
+    assert "messages: exact 1, diverged 1, missing 0" in line
+    assert "stopped at diverged message 1 of the WebSocket session GET /v1/responses " \
+           "at /input/0/content" in line
+    assert 'text differs at /input/0/content: "thanks" -> "thank you"' in done.stderr
+    verdict = stored_verdict(run)
+    (row,) = verdict["requests"]
+    decisions = row["detail"]["messages"]["decisions"]
+    assert [d["kind"] for d in decisions] == ["exact", "diverged"]
+    spans = decisions[1]["explanation"]["spans"]
+    assert spans[0]["pointer"] == "/input/0/content"
+    assert (spans[0]["recorded"], spans[0]["live"]) == ("thanks", "thank you")
+    assert verdict["pass"] is False
+
+
+def test_a_message_the_recording_has_no_counterpart_for_is_missing(run, tmp_path):
+    done = wiretape("replay", str(run), "--diagnostic", "--", sys.executable, CLIENT,
+                    *PROMPTS, "and again", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    got = seen(done.stdout)
+    # the first two turns were served; the third ended the session with its reason
+    assert got["text"] == "The sum is 5."
+    assert got["close"] == [1008, "wiretape replay: client message 2 has no recorded "
+                                  "counterpart (missing)"]
+    line = verdict_line(done.stderr)
+    assert "messages: exact 2, diverged 0, missing 1, unused 2" in line
+    # the recorded closing handshake was never played (the session ended first): unused
+    (row,) = stored_verdict(run)["requests"]
+    with open_run(run) as rf:
+        (exchange,) = rf.exchanges()
+    unused = row["detail"]["messages"]["unused"]
+    assert [(exchange.messages[i].direction, exchange.messages[i].opcode) for i in unused] == [
+        ("client", Opcode.CLOSE), ("server", Opcode.CLOSE)]
+
+
+def test_an_origin_that_refuses_the_upgrade_is_relayed_and_recorded(tmp_path):
+    # The fake provider has no WebSocket route here: it answers 404.
+    path, got = record(tmp_path, "refused.wtape", "--path", "/chat/completions", "hi")
+    assert got["refused"] == 404
+    with open_run(path) as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.response is not None and exchange.response.status == 404
+    assert b"no route for GET" in exchange.response.body
+    assert exchange.messages == ()
+    done = wiretape("replay", str(path), "--", sys.executable, CLIENT, "--path",
+                    "/chat/completions", "hi", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert seen(done.stdout)["refused"] == 404
+    assert "messages:" not in verdict_line(done.stderr)
+
+
+def test_a_client_that_drops_without_a_close_keeps_what_was_exchanged(tmp_path):
+    path, got = record(tmp_path, "dropped.wtape", "--drop", "add 2 and 3")
+    assert got["calls"] == [["add", '{"a": 2, "b": 3}']]
+    with open_run(path) as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.response is not None and exchange.response.status == 101
+    assert exchange.ending is Ending.CLIENT_GONE
+    assert "without a WebSocket close handshake" in (exchange.error or "")
+    kinds = [(m.direction, m.opcode) for m in exchange.messages]
+    assert kinds[0] == ("client", Opcode.TEXT)
+    assert ("client", Opcode.CLOSE) not in kinds
+    events = [json.loads(m.payload)["type"] for m in exchange.messages
+              if m.direction == "server" and m.opcode is Opcode.TEXT]
+    assert events == got["types"]
