@@ -212,7 +212,8 @@ async def test_http2_prior_knowledge_gets_settings_and_goaway() -> None:
         ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]), 400, "malformed_websocket_handshake"),
 ], ids=["connect", "websocket-without-key", "websocket-version-8"])
 @in_loop
-async def test_connect_and_malformed_websocket_handshakes_are_refused(raw: bytes, status: int, code: str) -> None:
+async def test_connect_and_malformed_websocket_handshakes_are_refused(raw: bytes, status: int,
+                                                                     code: str) -> None:
     app = Answering()
     async with listening(app.handler_for) as (listeners, port), await RawClient.open(port) as c:
         await c.send(raw)
