@@ -109,6 +109,16 @@ def test_record_stores_the_handshake_and_every_message(recorded):
     offsets = [m.offset_ns for m in messages]
     assert offsets == sorted(offsets) and offsets[0] > 0
     assert servers[-1].opcode is Opcode.CLOSE
+    # show lists the session's messages briefly
+    shown = wiretape("show", str(path), cwd=path.parent)
+    assert shown.returncode == 0, shown.stderr
+    assert (f"exchange 0: WebSocket session, {len(messages)} messages (3 from the client, "
+            f"{len(servers)} from the server)") in shown.stdout
+    assert ('→ client text 103 B {"type": "response.create", "model": "gpt-test"'
+            in shown.stdout)
+    whole = wiretape("show", str(path), "--exchange", "0", cwd=path.parent)
+    assert f"#{len(messages) - 1} +" in whole.stdout and "← server close 1000 4 B done" \
+        in whole.stdout
     # the key in the handshake is not stored; secrets never reach the disk
     headers = {k.lower(): v for k, v in exchange.request.headers}
     assert b"sk-ws-test" not in headers[b"authorization"]

@@ -67,6 +67,8 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
         }
         if frames:
             data["frames_data"] = text.frames_json(exchange)
+        if exchange.messages:
+            data["messages"] = text.messages_json(exchange)
         return data
     return {
         "run_id": info.run_id, "path": str(ov.path), "argv": list(info.argv), "cwd": info.cwd,
@@ -124,6 +126,9 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
         _echo(f"  import note: {printable(str(note))}")
     for line in table(text.timeline_rows(ov.rows), text.TIMELINE_HEADER):
         _echo(escaped(line))
+    for exchange in ov.exchanges:
+        for line in text.websocket_lines(exchange, 12, escaped.style):
+            _echo(escaped(line))
     for line in text.ledger_lines(ov.ledger, escaped.style):
         _echo(escaped(line))
     if ov.verdicts:
