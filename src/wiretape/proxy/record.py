@@ -347,7 +347,8 @@ class Recorder:
                 self.stats.not_saved += 1
                 return
         self.stats.exchanges += 1
-        self.stats.body_bytes += len(stored.request.body) + response_bytes
+        self.stats.body_bytes += (len(stored.request.body) + response_bytes
+                                  + sum(len(m.payload) for m in stored.messages))
         if exchange.ending is not Ending.COMPLETE:
             self._run.start_compressing()  # (a complete one: once its end is sent)
             self.stats.failures.append(
