@@ -29,14 +29,18 @@ _SCRUB = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "HTTP_PROX
           "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "WIRETAPE_HOME")
 
 
-def env() -> dict[str, str]:
+KEY = "sk-proj-" + "wsTest0123456789" * 3
+
+
+def env(key: str = "sk-ws-test") -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if k not in _SCRUB}
-    out.update(OPENAI_API_KEY="sk-ws-test", PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1")
+    out.update(OPENAI_API_KEY=key, PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1")
     return out
 
 
-def wiretape(*args: str, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=cwd, env=env(),
+def wiretape(*args: str, cwd: Path, timeout: float = 90,
+             key: str = "sk-ws-test") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=cwd, env=env(key),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -44,10 +48,11 @@ def script() -> list[Any]:
     return [ToolCallTurn([ToolCall("add", {"a": 2, "b": 3})]), TextTurn("The sum is 5.")]
 
 
-def record(base: Path, name: str, *client_args: str) -> tuple[Path, dict[str, Any]]:
+def record(base: Path, name: str, *client_args: str,
+           key: str = "sk-ws-test") -> tuple[Path, dict[str, Any]]:
     with FakeProvider(script()) as fp:
         done = wiretape("record", "-o", name, "--upstream", f"openai={fp.url}/v1", "--",
-                        sys.executable, CLIENT, *client_args, cwd=base)
+                        sys.executable, CLIENT, *client_args, cwd=base, key=key)
     assert done.returncode == 0, done.stderr
     return base / name, seen(done.stdout)
 
@@ -207,3 +212,22 @@ def test_a_client_that_drops_without_a_close_keeps_what_was_exchanged(tmp_path):
     events = [json.loads(m.payload)["type"] for m in exchange.messages
               if m.direction == "server" and m.opcode is Opcode.TEXT]
     assert events == got["types"]
+
+
+def test_a_secret_in_a_client_message_is_redacted_and_still_replays_exact(tmp_path):
+    path, got = record(tmp_path, "keyed.wtape", "--key-in-message", "add 2 and 3", key=KEY)
+    assert got["calls"] == [["add", '{"a": 2, "b": 3}']]
+    with open_run(path) as rf:
+        (exchange,) = rf.exchanges()
+        facts = rf.redactions()
+    first = exchange.messages[0]
+    assert first.direction == "client"
+    assert KEY.encode() not in first.payload
+    secret = json.loads(first.payload)["client_secret"]
+    assert secret != KEY and len(secret) == len(KEY)
+    assert any(seq == 0 and f.location == "client-message" for seq, f in facts)
+    assert all(KEY.encode() not in m.payload for m in exchange.messages)
+    done = wiretape("replay", str(path), "--", sys.executable, CLIENT, "--key-in-message",
+                    "add 2 and 3", cwd=tmp_path, key=KEY)
+    assert done.returncode == 0, done.stderr
+    assert "messages: exact 2, diverged 0, missing 0, unused 0" in verdict_line(done.stderr)

@@ -7,7 +7,8 @@ command line sends one ``response.create`` event and reads the events until
 the event types, the text, the function calls, and how the session closed.
 
 Options: ``--drop`` leaves without a close handshake (the socket is cut);
-``--path P`` opens P instead of ``/responses``.
+``--path P`` opens P instead of ``/responses``; ``--key-in-message`` puts
+``OPENAI_API_KEY`` in each event too (as a Realtime ``session.update`` may).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 async def main(argv: list[str]) -> int:
     drop = "--drop" in argv
-    argv = [a for a in argv if a != "--drop"]
+    keyed = "--key-in-message" in argv
+    argv = [a for a in argv if a not in ("--drop", "--key-in-message")]
     path = "/responses"
     if "--path" in argv:
         at = argv.index("--path")
@@ -45,8 +47,11 @@ async def main(argv: list[str]) -> int:
         return 0
     try:
         for prompt in argv:
-            await ws.send(json.dumps({"type": "response.create", "model": "gpt-test",
-                                      "input": [{"role": "user", "content": prompt}]}))
+            event = {"type": "response.create", "model": "gpt-test",
+                     "input": [{"role": "user", "content": prompt}]}
+            if keyed:
+                event["client_secret"] = os.environ.get("OPENAI_API_KEY", "")
+            await ws.send(json.dumps(event))
             while True:
                 event = json.loads(await ws.recv())
                 types.append(event["type"])
