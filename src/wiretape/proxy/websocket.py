@@ -271,3 +271,13 @@ def _frame_of(message: Message) -> Frame:
     op = {Opcode.TEXT: WireOpcode.TEXT, Opcode.BINARY: WireOpcode.BINARY,
           Opcode.PING: WireOpcode.PING, Opcode.PONG: WireOpcode.PONG}[message.opcode]
     return Frame(op, message.payload)
+
+
+async def going_away(*peers: Peer) -> None:
+    """Close each peer's session with 1001 "wiretape is stopping", giving
+    the writes a second at most (never raises): for a task being cancelled."""
+    for peer in peers:
+        peer.close(1001, "wiretape is stopping")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await peer.flush()

@@ -31,7 +31,7 @@ from wiretape.model import Ending, Frame, Message, Opcode, Request, Response
 from wiretape.origins import UpstreamOptions
 from wiretape.proxy.hop import upstream_request_headers
 from wiretape.proxy.http1 import ClientConnection, ClientGone
-from wiretape.proxy.websocket import Peer
+from wiretape.proxy.websocket import Peer, going_away
 
 #: Seconds to wait for a handshake answer, and for the other side's end
 #: once one side has ended.
@@ -204,6 +204,10 @@ async def _relay(agent: Peer, origin: Peer, agent_early: bytes, origin_early: by
             await other.flush()
         if pending:
             await asyncio.wait(pending, timeout=CLOSE_GRACE)
+    except asyncio.CancelledError:
+        # wiretape is stopping: both ends are told so (RFC 6455 §7.4.1: 1001).
+        await going_away(agent, origin)
+        raise
     finally:
         for task in pumps:
             task.cancel()

@@ -24,7 +24,7 @@ from wiretape.model import Exchange, Message, MessagesJSON, Opcode, Request
 from wiretape.playback.messages import SessionScript, Step
 from wiretape.playback.pacing import Pace
 from wiretape.proxy.http1 import ClientConnection, ClientGone
-from wiretape.proxy.websocket import Peer, accepted_headers
+from wiretape.proxy.websocket import Peer, accepted_headers, going_away
 
 #: Seconds a closing session waits for the client's end of stream.
 CLOSE_GRACE = 2.0
@@ -95,6 +95,9 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
             if not data:
                 return script.result()
             data = b""
+    except asyncio.CancelledError:
+        await going_away(peer)
+        raise
     finally:
         sender.cancel()
         with contextlib.suppress(asyncio.CancelledError):
