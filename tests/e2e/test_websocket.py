@@ -231,3 +231,22 @@ def test_a_secret_in_a_client_message_is_redacted_and_still_replays_exact(tmp_pa
                     "add 2 and 3", cwd=tmp_path, key=KEY)
     assert done.returncode == 0, done.stderr
     assert "messages: exact 2, diverged 0, missing 0, unused 0" in verdict_line(done.stderr)
+
+
+def test_a_message_over_the_cap_closes_the_session_with_1009_and_keeps_the_rest(tmp_path):
+    with FakeProvider(script()) as fp:
+        done = wiretape("record", "-o", "big.wtape", "--max-body", "2000", "--upstream",
+                        f"openai={fp.url}/v1", "--", sys.executable, CLIENT, "add 2 and 3",
+                        "x" * 3000, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = seen(done.stdout)
+    # the first turn went through; the oversized message closed the session
+    assert got["calls"] == [["add", '{"a": 2, "b": 3}']]
+    assert got["close"][0] == 1009
+    with open_run(tmp_path / "big.wtape") as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.ending is Ending.CLIENT_GONE
+    assert "the client sent what WebSocket forbids: PayloadTooBig" in (exchange.error or "")
+    clients = [m for m in exchange.messages if m.direction == "client"]
+    assert len(clients) == 1 and b"add 2 and 3" in clients[0].payload
+    assert "\n" not in (exchange.error or "")

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from websockets.exceptions import InvalidState, ProtocolError
+from websockets.exceptions import InvalidState, PayloadTooBig, ProtocolError
 from websockets.frames import Close, CloseCode, Frame
 from websockets.frames import Opcode as WireOpcode
 from websockets.protocol import SEND_EOF, Protocol, Side, State
@@ -103,8 +103,8 @@ def close_reason(text: str) -> str:
 
 @dataclass
 class Received:
-    """What one read from a peer gave: whole messages (fragments joined),
-    whether a close frame came, and the frames' raw opcodes."""
+    """What one read from a peer gave: the messages it completed
+    (fragments joined), and whether one of them was a close."""
 
     messages: list[Message]
     closed: bool = False
@@ -134,6 +134,11 @@ class Peer:
     @property
     def open(self) -> bool:
         return self.protocol.state is State.OPEN
+
+    @property
+    def too_big(self) -> bool:
+        """Whether the protocol failed the session on a message over the cap."""
+        return isinstance(self.protocol.parser_exc, PayloadTooBig)
 
     @property
     def failure(self) -> str | None:

@@ -234,7 +234,7 @@ async def _pump(src: Peer, dst: Peer, early: bytes, session: Session) -> None:
             session.error = f"the {src.direction} sent what WebSocket forbids: {failure}"
             session.ending = (Ending.CLIENT_GONE if src.direction == "client"
                               else Ending.ORIGIN_RESET)
-            dst.close(1002 if "too big" not in failure.lower() else 1009,
+            dst.close(1009 if src.too_big else 1002,
                       f"wiretape: the {src.direction} broke the session")
         if received.closed or failure is not None or not data:
             await src.flush()  # the close echoed (and, as a server, the end of stream)
