@@ -250,3 +250,41 @@ def test_a_message_over_the_cap_closes_the_session_with_1009_and_keeps_the_rest(
     clients = [m for m in exchange.messages if m.direction == "client"]
     assert len(clients) == 1 and b"add 2 and 3" in clients[0].payload
     assert "\n" not in (exchange.error or "")
+
+
+@pytest.fixture(scope="module")
+def upstream_ca(tmp_path_factory: pytest.TempPathFactory):
+    """A CA standing in for the public roots that sign the real providers."""
+    from wiretape.intercept.ca import RunCA
+
+    ca = RunCA.create(common_name="wiretape tests: upstream CA")
+    pem = tmp_path_factory.mktemp("upstream-ca") / "upstream-ca.pem"
+    pem.write_bytes(ca.cert_pem)
+    yield ca, pem
+    ca.close()
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])
+def test_an_https_upstream_is_reached_over_wss_with_its_certificate_verified(
+        upstream_ca, tmp_path, trusted):
+    ca, pem = upstream_ca
+    host = "ws.provider.test"
+    trust = ["--upstream-ca", str(pem)] if trusted else []
+    with FakeProvider(script(), ssl_context=ca.server_context(host)) as fp:
+        done = wiretape("record", "-o", "wss.wtape", *trust, "--resolve",
+                        f"{host}=127.0.0.1:{fp.port}", "--upstream", f"openai=https://{host}/v1",
+                        "--", sys.executable, CLIENT, "add 2 and 3", cwd=tmp_path)
+        asked = len(fp.requests)
+    assert done.returncode == 0, done.stderr
+    got = seen(done.stdout)
+    with open_run(tmp_path / "wss.wtape") as rf:
+        (exchange,) = rf.exchanges()
+    if trusted:
+        assert got["calls"] == [["add", '{"a": 2, "b": 3}']] and asked == 1
+        assert exchange.response is not None and exchange.response.status == 101
+        assert exchange.ending is Ending.COMPLETE and len(exchange.messages) > 2
+    else:
+        # the certificate is refused as for HTTP: a 502 named, nothing reached the origin
+        assert got["refused"] == 502 and asked == 0
+        assert exchange.ending is Ending.ORIGIN_UNREACHABLE
+        assert "CERTIFICATE_VERIFY_FAILED" in (exchange.error or "")

@@ -22,6 +22,7 @@ import contextlib
 import ssl
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import certifi
 import h11
@@ -68,12 +69,11 @@ def _context(options: UpstreamOptions) -> ssl.SSLContext:
 
 async def _dial(root: str, options: UpstreamOptions,
                 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    scheme, _, netloc = root.partition("://")
-    host, _, port_text = netloc.rpartition(":") if netloc.count(":") == 1 else (netloc, "", "")
-    host = host.strip("[]")
-    port = int(port_text) if port_text.isdigit() else (443 if scheme == "https" else 80)
+    parts = urlsplit(root)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     address, dial_port = options.resolve.get(host, (host, port))
-    tls = _context(options) if scheme == "https" else None
+    tls = _context(options) if parts.scheme == "https" else None
     return await asyncio.open_connection(address, dial_port, ssl=tls,
                                          server_hostname=host if tls else None,
                                          limit=1 << 20)
