@@ -288,3 +288,32 @@ def test_an_https_upstream_is_reached_over_wss_with_its_certificate_verified(
         assert got["refused"] == 502 and asked == 0
         assert exchange.ending is Ending.ORIGIN_UNREACHABLE
         assert "CERTIFICATE_VERIFY_FAILED" in (exchange.error or "")
+
+
+def test_a_session_inside_an_intercepted_tunnel_records_and_replays(upstream_ca, tmp_path):
+    """The client keeps its own origin (wss://api.openai.com) and reaches it
+    through wiretape as an HTTPS proxy (``--intercept``)."""
+    ca, pem = upstream_ca
+    host = "api.openai.com"
+    base = {k: v for k, v in env().items() if k != "OPENAI_BASE_URL"}
+    command = ["sh", "-c", f"OPENAI_BASE_URL=https://{host}/v1 exec {sys.executable} {CLIENT} "
+                           "'add 2 and 3'"]
+    with FakeProvider(script(), ssl_context=ca.server_context(host)) as fp:
+        rec = subprocess.run(
+            [sys.executable, "-m", "wiretape", "record", "--intercept", "-o", "i.wtape",
+             "--no-snapshot", "--upstream-ca", str(pem), "--resolve",
+             f"{host}=127.0.0.1:{fp.port}", "--", *command],
+            cwd=tmp_path, env=base, capture_output=True, text=True, timeout=90)
+    assert rec.returncode == 0, rec.stderr
+    assert seen(rec.stdout)["calls"] == [["add", '{"a": 2, "b": 3}']]
+    with open_run(tmp_path / "i.wtape") as rf:
+        (exchange,) = rf.exchanges()
+        assert host in rf.info().intercept
+    assert exchange.response is not None and exchange.response.status == 101
+    assert [m.opcode for m in exchange.messages if m.direction == "client"] == [
+        Opcode.TEXT, Opcode.CLOSE]
+    rep = subprocess.run([sys.executable, "-m", "wiretape", "replay", "i.wtape", "--", *command],
+                         cwd=tmp_path, env=base, capture_output=True, text=True, timeout=90)
+    assert rep.returncode == 0, rep.stderr
+    assert seen(rep.stdout) == seen(rec.stdout)
+    assert "messages: exact 2, diverged 0, missing 0, unused 0" in verdict_line(rep.stderr)

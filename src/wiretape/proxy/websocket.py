@@ -249,8 +249,16 @@ class Peer:
         try:
             for data in self.protocol.data_to_send():
                 if data is SEND_EOF or data == b"":
-                    if self.writer.can_write_eof() and not self.writer.is_closing():
+                    # The end of this side's stream (RFC 6455 §7.1.1: the
+                    # server closes first); over TLS, which cannot half-close,
+                    # the connection is closed.
+                    if self.writer.is_closing():
+                        continue
+                    if self.writer.can_write_eof():
                         self.writer.write_eof()
+                    else:
+                        self.writer.close()
+                        return True
                 else:
                     self.writer.write(data)
             await self.writer.drain()
