@@ -317,3 +317,43 @@ def test_a_session_inside_an_intercepted_tunnel_records_and_replays(upstream_ca,
     assert rep.returncode == 0, rep.stderr
     assert seen(rep.stdout) == seen(rec.stdout)
     assert "messages: exact 2, diverged 0, missing 0, unused 0" in verdict_line(rep.stderr)
+
+
+REALTIME = str(Path(__file__).resolve().parent / "clients_ws" / "realtime_client.py")
+
+
+def realtime_seen(stdout: str) -> dict[str, Any]:
+    found = [line[3:] for line in stdout.splitlines() if line.startswith("RT ")]
+    assert len(found) == 1, stdout
+    return json.loads(found[0])
+
+
+def test_the_openai_sdk_realtime_client_records_and_replays_a_function_call_session(tmp_path):
+    with FakeProvider(script()) as fp:
+        rec = wiretape("record", "-o", "rt.wtape", "--upstream", f"openai={fp.url}/v1", "--",
+                       sys.executable, REALTIME, "add 2 and 3", cwd=tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    got = realtime_seen(rec.stdout)
+    assert got["calls"] == [["add", '{"a": 2, "b": 3}']] and got["text"] == "The sum is 5."
+    assert got["types"][0] == "session.created" and got["types"].count("response.done") == 2
+    run = tmp_path / "rt.wtape"
+    with open_run(run) as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.request.target == b"/v1/realtime?model=gpt-realtime"
+    sent = [json.loads(m.payload)["type"] for m in exchange.messages
+            if m.direction == "client" and m.opcode is Opcode.TEXT]
+    assert sent == ["session.update", "conversation.item.create", "response.create",
+                    "conversation.item.create", "response.create"]
+    # the provider is gone: the session is served from the run, exact
+    rep = wiretape("replay", str(run), "--", sys.executable, REALTIME, "add 2 and 3",
+                   cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    assert realtime_seen(rep.stdout) == got
+    assert "messages: exact 6, diverged 0, missing 0, unused 0" in verdict_line(rep.stderr)
+    # a changed prompt diverges at its pointer inside the conversation item
+    changed = wiretape("replay", str(run), "--", sys.executable, REALTIME, "add 2 and 4",
+                       cwd=tmp_path)
+    assert changed.returncode == 3, changed.stderr
+    line = verdict_line(changed.stderr)
+    assert "messages: exact 1, diverged 1" in line
+    assert "at /item/content/0/text" in line

@@ -9,7 +9,8 @@ the events its SSE stream would carry for the next turn of the script
 type, or one the script cannot answer, gets an ``{"type": "error"}``
 event. Frames are the ``websockets`` library's sans-I/O protocol's.
 
-It must not know about recording or replay.
+``GET .../realtime`` opens a Realtime API session instead
+(``openai_realtime``). It must not know about recording or replay.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import Protocol, Side, State
 from websockets.utils import accept_key
 
+from wiretape.testing.openai_realtime import RealtimeSession, is_realtime
 from wiretape.testing.playbook import ReceivedRequest
 from wiretape.testing.wire import Reply
 
@@ -34,10 +36,12 @@ _READ_SIZE = 65_536
 
 def is_websocket_upgrade(method: str, target: str, headers: tuple[tuple[bytes, bytes], ...]
                          ) -> bool:
-    """Whether the request opens a Responses WebSocket session (a GET to a
-    path ending in ``/responses`` asking ``Upgrade: websocket`` with a key)."""
+    """Whether the request opens a WebSocket session (a GET to a path
+    ending in ``/responses`` or ``/realtime`` asking ``Upgrade: websocket``
+    with a key)."""
     names = {k.lower(): v for k, v in headers}
-    return (method == "GET" and target.split("?", 1)[0].rstrip("/").endswith("/responses")
+    path = target.split("?", 1)[0].rstrip("/")
+    return (method == "GET" and (path.endswith("/responses") or is_realtime(target))
             and b"websocket" in names.get(b"upgrade", b"").lower()
             and b"sec-websocket-key" in names)
 
@@ -74,6 +78,17 @@ async def serve_session(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     seconds between two events)."""
     proto = Protocol(Side.SERVER, state=State.OPEN, max_size=None)
     path = target.split("?", 1)[0]
+    realtime = RealtimeSession(target, headers, answer) if is_realtime(target) else None
+
+    def respond(text: bytes) -> list[bytes]:
+        if realtime is not None:
+            return realtime.receive(text)
+        return _answer_event(text, path, headers, answer)
+
+    if realtime is not None:
+        for out in realtime.opening():
+            proto.send_text(out)
+        writer.write(b"".join(proto.data_to_send()))
     data = early
     while True:
         if not data:
@@ -87,8 +102,7 @@ async def serve_session(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
             proto.receive_eof()
         for event in proto.events_received():
             if isinstance(event, Frame) and event.opcode is Opcode.TEXT:
-                for index, out in enumerate(_answer_event(bytes(event.data), path, headers,
-                                                          answer)):
+                for index, out in enumerate(respond(bytes(event.data))):
                     if index:
                         await asyncio.sleep(delay)
                     if proto.state is State.OPEN:
