@@ -83,7 +83,7 @@ def test_realtime_session_plays_a_function_call_and_its_answer() -> None:
     assert opened[0]["session"]["model"] == "gpt-realtime"
     assert updated[0]["session"]["instructions"] == "Be brief."
     assert added[0]["item"]["id"] == "item_fake_0001"
-    assert [e["type"] for e in call][0] == "response.created"
+    assert call[0]["type"] == "response.created"
     assert call[-1]["type"] == "response.done"
     assert call[-1]["response"]["output"][0]["name"] == "add"
     assert all(e["response_id"] == "resp_fake_0001" for e in call[1:-1])
