@@ -140,6 +140,13 @@ def test_replay_serves_the_session_exact_with_the_provider_gone(recorded, run, t
     verdict = stored_verdict(run)
     assert verdict["messages"] == {"exact": 3, "diverged": 0, "missing": 0, "unused": 0}
     assert verdict["exact"] == 1 and verdict["pass"] is True
+    # the HTML report shows the session and the replay's message counts
+    page = tmp_path / "report.html"
+    done = wiretape("report", str(run), "-o", str(page), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    html = page.read_text()
+    assert "WebSocket session: 25 messages (3 from the client, 22 from the server)" in html
+    assert 'data-messages="3,0,0,0"' in html
 
 
 def test_a_changed_message_diverges_at_its_json_pointer(run, tmp_path):

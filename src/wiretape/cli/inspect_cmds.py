@@ -154,7 +154,8 @@ def report(run: str, out: Path | None) -> None:
     from wiretape.inspect.report import render
 
     ov = _read(run, "reading")
-    page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts)
+    page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts,
+                  {e.seq: e.messages for e in ov.exchanges if e.messages})
     target = out or Path(f"{ov.info.run_id}.html")
     write_whole(target, text_bytes(surrogates_escaped(page)))
     counts = (_count(len(ov.rows), "exchange"), _count(len(ov.ledger.entries), "tool call"),
