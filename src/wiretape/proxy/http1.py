@@ -2,9 +2,10 @@
 
 Owns reading requests (with a body cap, 100-continue, timeouts, a cap on
 header fields, and clear errors for HTTP/2 prior knowledge, CONNECT,
-malformed WebSocket upgrades and request-targets or framings it will not relay) and
-writing responses byte for byte: the head is serialised here (order and
-case as given), the body framed per ``hop.Framing``. h11 tracks the
+malformed WebSocket upgrades and request-targets or framings it will not
+relay), answering an upgrade with 101, and writing responses byte for byte:
+the head is serialised here (order and case as given), the body framed per
+``hop.Framing``. h11 tracks the
 connection state so keep-alive works; its own output for responses is not
 used.
 

@@ -272,12 +272,11 @@ class Replayer:
             return f"wiretape replay: client message {d['index']} {d['kind']}{where}"
 
         try:
-            result = await ws_replay.play(conn, request, exchange, script, pace=self._pace,
-                                          redact=redact, on_stop=stop)
-        finally:
+            await ws_replay.play(conn, request, exchange, script, pace=self._pace,
+                                 redact=redact, on_stop=stop)
+        finally:  # (also when the session is cut off: what was decided is kept)
             row["detail"]["messages"] = script.result()
             self._unwritten.append((row, live, time.time_ns()))
-        row["detail"]["messages"] = result
 
     def _decide(self, request: Request) -> tuple[Request, Decision | None, Explanation | None]:
         """:meth:`_redact` then :meth:`_judge` (no decision: the replay has
