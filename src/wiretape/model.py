@@ -96,6 +96,37 @@ class Response:
         return b"".join(f.data for f in self.frames)
 
 
+class Opcode(enum.StrEnum):
+    """A WebSocket message's kind (RFC 6455 §5.2, §11.8): a whole data
+    message (its fragments joined) or a control frame."""
+
+    TEXT = "text"
+    BINARY = "binary"
+    PING = "ping"
+    PONG = "pong"
+    CLOSE = "close"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One WebSocket message after an upgrade (DESIGN.md, "WebSockets").
+
+    ``direction`` is ``client`` (agent to origin) or ``server``;
+    ``payload`` the application data as the application saw it (text as
+    its UTF-8 bytes; no extension is negotiated, so nothing is compressed);
+    for a close, ``payload`` is the reason's UTF-8 bytes and ``close_code``
+    the status code (None: the frame carried none, RFC 6455 §7.1.5).
+    ``offset_ns`` is nanoseconds from the start of the handshake to the
+    message's last frame.
+    """
+
+    direction: Literal["client", "server"]
+    opcode: Opcode
+    payload: bytes
+    offset_ns: int
+    close_code: int | None = None
+
+
 @dataclass(frozen=True)
 class Exchange:
     """One request and its response as they crossed the proxy.
@@ -118,6 +149,8 @@ class Exchange:
     ttfb_ns: int | None
     duration_ns: int
     error: str | None = None
+    #: the WebSocket messages after a 101 answer to an upgrade, in order
+    messages: tuple[Message, ...] = ()
 
     @property
     def answered_by_wiretape(self) -> bool:
@@ -378,6 +411,32 @@ class RequestDetail(TypedDict):
     not_allowed: NotRequired[list[str]]
     #: the first difference no learned rule explains (a diverged request)
     unexplained: NotRequired[str]
+    #: a WebSocket session served after this handshake: its messages' decisions
+    messages: NotRequired[MessagesJSON]
+
+
+class MessageDecisionJSON(TypedDict):
+    """How one live client message of a replayed WebSocket session was
+    decided: ``index`` counts the live client messages from 0, ``recorded``
+    is the recorded message's index among the session's messages (None:
+    missing), ``kind`` exact, diverged or missing; a diverged one has the
+    explanation of its payload's difference."""
+
+    index: int
+    kind: Literal["exact", "diverged", "missing"]
+    recorded: int | None
+    opcode: str
+    size: int
+    explanation: NotRequired[ExplanationJSON]
+
+
+class MessagesJSON(TypedDict):
+    """A replayed WebSocket session's messages: the decisions of the live
+    client messages, and the recorded messages never used (client messages
+    no live one matched, server messages never sent), by index."""
+
+    decisions: list[MessageDecisionJSON]
+    unused: list[int]
 
 
 class ReplayRow(TypedDict):

@@ -28,7 +28,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wiretape import codings
-from wiretape.model import Exchange, Frame, Headers, Redaction, Request, Response, header_values
+from wiretape.model import (
+    Exchange,
+    Frame,
+    Headers,
+    Message,
+    Redaction,
+    Request,
+    Response,
+    header_values,
+)
 
 REDACTED = b"<redacted>"
 
@@ -773,7 +782,25 @@ def redact_exchange(exchange: Exchange, rules: Rules = STANDARD, *,
     error = exchange.error
     if error is not None:
         error = redact_str(error, "error", rules, Facts(facts))
-    return replace(exchange, request=request, response=response, error=error), facts
+    messages = exchange.messages
+    if messages:
+        messages, more = redact_messages(messages, rules)
+        facts = facts + more
+    return replace(exchange, request=request, response=response, error=error,
+                   messages=messages), facts
+
+
+def redact_messages(messages: Sequence[Message], rules: Rules = STANDARD,
+                    ) -> tuple[tuple[Message, ...], list[Redaction]]:
+    """WebSocket messages with every secret in their payloads (a close's
+    reason too) masked, as a body is: ``client-message`` or
+    ``server-message``; and the facts of what was."""
+    facts = Facts()
+    out = []
+    for m in messages:
+        payload = redact_text(m.payload, f"{m.direction}-message", rules, facts)[0]
+        out.append(m if payload == m.payload else replace(m, payload=payload))
+    return tuple(out), facts.items
 
 
 # -- the replay side ---------------------------------------------------------------------------

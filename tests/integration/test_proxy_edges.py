@@ -251,17 +251,40 @@ def stop_and_load(wt: Wiretape, run: Path) -> list:
 
 # --- refused protocols -----------------------------------------------------------------------
 
-def test_websocket_upgrade_gets_501(serve_record, upstream):
+def test_websocket_upgrade_an_origin_does_not_switch_is_relayed_and_recorded(serve_record,
+                                                                             upstream):
     wt, port, run = serve_record
     with Conn(port, timeout=5) as conn:
         conn.send(request("GET", "/v1/realtime?model=gpt-4o-realtime", headers=[
             ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
             ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]))
         reply = conn.reply(b"GET")
+    # This origin answers 200 with JSON, not 101: that answer reaches the client.
+    assert reply.status == 200
+    assert reply.body == json_answer(b"GET", b"/v1/realtime?model=gpt-4o-realtime", b"")
+    seen = upstream.seen()
+    assert [s.target for s in seen] == [b"/v1/realtime?model=gpt-4o-realtime"]
+    sent = {k.lower(): v for k, v in seen[0].headers}
+    assert sent[b"upgrade"] == b"websocket"
+    assert sent[b"sec-websocket-key"] == b"dGhlIHNhbXBsZSBub25jZQ=="
+    stored = stop_and_load(wt, run)
+    assert len(stored) == 1
+    assert stored[0].response.status == 200 and stored[0].messages == ()
+    assert stored[0].response.body == reply.body
+
+
+def test_malformed_websocket_handshake_gets_one_clear_400(serve_record, upstream):
+    wt, port, run = serve_record
+    with Conn(port, timeout=5) as conn:
+        conn.send(request("GET", "/v1/realtime", headers=[
+            ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13")]))
+        reply = conn.reply(b"GET")
         assert conn.closed_within(5)
-    assert reply.status == 501
-    assert reply.header("x-should-retry") == b"false"
-    assert "WebSocket" in reply.json()["error"]["message"]
+    assert reply.status == 400
+    error = reply.json()["error"]
+    assert error["code"] == "malformed_websocket_handshake"
+    assert "no Sec-WebSocket-Key" in error["message"]
+    assert "\n" not in error["message"]
     assert upstream.seen() == []
     assert stop_and_load(wt, run) == []
 

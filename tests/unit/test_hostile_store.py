@@ -445,14 +445,14 @@ def test_a_migration_that_fails_leaves_the_old_version(tmp_path: Path) -> None:
     path = tmp_path / "v1.wtape"
     RunFile.create(path, INFO).close(compact=True)
     edit(path, "DROP TABLE snapshots", "DROP TABLE snapshot_entries", "DROP TABLE outcome_changes",
-         "PRAGMA user_version = 1")
+         "DROP TABLE messages", "PRAGMA user_version = 1")
     db = sqlite3.connect(path, isolation_level=None)
 
     def no_outcome_changes(action: int, arg1: str | None, *_: object) -> int:
         refused = action == sqlite3.SQLITE_CREATE_TABLE and arg1 == "outcome_changes"
         return sqlite3.SQLITE_DENY if refused else sqlite3.SQLITE_OK
 
-    db.set_authorizer(no_outcome_changes)  # the migration's last table
+    db.set_authorizer(no_outcome_changes)  # the last table of version 2's step
     with pytest.raises(sqlite3.DatabaseError):
         schema.migrate(db, path)
     db.set_authorizer(None)

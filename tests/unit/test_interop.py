@@ -301,3 +301,40 @@ def test_sse_bodies_become_one_frame_per_event() -> None:
     assert [f.data for f in sse_frames(b"data: 1\r\n\r\ndata: 2\n\ntail", 5)] == [
         b"data: 1\r\n\r\n", b"data: 2\n\n", b"tail"]
     assert sse_frames(b"", 0) == ()
+
+
+def test_websocket_messages_round_trip_and_chrome_s_are_read(tmp_path: Path) -> None:
+    from wiretape.model import Message, Opcode
+
+    messages = (Message("client", Opcode.TEXT, b'{"type":"response.create"}', 1_000),
+                Message("server", Opcode.BINARY, b"\x00\xff\x10", 2_345),
+                Message("server", Opcode.PING, b"p", 3_000),
+                Message("client", Opcode.CLOSE, b"bye", 4_000, 1000))
+    session = Exchange(0, 1, "openai", 1_700_000_000_005_000_000,
+                       Request(b"GET", b"/v1/responses", ((b"Upgrade", b"websocket"),), b""),
+                       Response(101, b"Switching Protocols", ((b"Upgrade", b"websocket"),), ()),
+                       Ending.COMPLETE, 2_000_000, 9_000_000, None, messages)
+    har = export_har(INFO, iter([session]), [])
+    (entry,) = har["log"]["entries"]
+    assert entry["_resourceType"] == "websocket"
+    sent = entry["_webSocketMessages"]
+    assert [(m["type"], m["opcode"]) for m in sent] == [("send", 1), ("receive", 2),
+                                                        ("receive", 9), ("send", 8)]
+    assert sent[1]["data"] == base64.b64encode(b"\x00\xff\x10").decode()
+    assert sent[3]["_closeCode"] == 1000
+    source = tmp_path / "ws.har"
+    source.write_text(json.dumps(har))
+    with RunFile.open(import_har(source, tmp_path / "back.wtape").path) as run:
+        assert run.exchanges() == [session]
+    # as Chrome writes them: no exact offsets, times in epoch seconds
+    for m in sent:
+        del m["_offset_ns"]
+    del entry["_wiretape"]
+    source.write_text(json.dumps(har))
+    with RunFile.open(import_har(source, tmp_path / "chrome.wtape").path) as run:
+        (ex,) = run.exchanges()
+    assert [(m.direction, m.opcode, m.payload) for m in ex.messages] == [
+        (m.direction, m.opcode, m.payload) for m in messages]
+    assert ex.messages[3].close_code == 1000
+    assert all(abs(m.offset_ns - o.offset_ns) < 1_000_000
+               for m, o in zip(ex.messages, messages, strict=True))

@@ -183,11 +183,15 @@ async def test_a_client_leaving_inside_its_request_body_is_not_served(hang_up: s
     (b"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n",
      405, "connect_not_supported"),
     (request_bytes("GET", "/v1/realtime", headers=[
-        ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
-        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]), 501, "websocket_not_supported"),
-], ids=["connect", "websocket"])
+        ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13")]),
+     400, "malformed_websocket_handshake"),
+    (request_bytes("GET", "/v1/realtime", headers=[
+        ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "8"),
+        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]), 400, "malformed_websocket_handshake"),
+], ids=["connect", "websocket-without-key", "websocket-version-8"])
 @in_loop
-async def test_connect_and_websocket_are_refused(raw: bytes, status: int, code: str) -> None:
+async def test_connect_and_malformed_websocket_handshakes_are_refused(raw: bytes, status: int,
+                                                                     code: str) -> None:
     app = Answering()
     async with listening(app.handler_for) as (listeners, port), await RawClient.open(port) as c:
         await c.send(raw)

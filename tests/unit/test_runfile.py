@@ -162,6 +162,7 @@ def test_a_version_1_file_is_read_as_it_is_and_never_written(tmp_path: Path) -> 
     db = sqlite3.connect(tmp_path / "v1.wtape")  # make it what version 1 wrote
     db.executescript(
         "DROP TABLE snapshots; DROP TABLE snapshot_entries; DROP TABLE outcome_changes;"
+        "DROP TABLE messages;"
     )
     db.execute("PRAGMA user_version = 1")
     db.commit()
@@ -183,6 +184,7 @@ def test_a_version_1_file_migrates_in_one_transaction(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "v1.wtape", isolation_level=None)
     db.executescript(
         "DROP TABLE snapshots; DROP TABLE snapshot_entries; DROP TABLE outcome_changes;"
+        "DROP TABLE messages;"
         "PRAGMA user_version = 1;"
     )
     assert schema.migrate(db, tmp_path / "v1.wtape") == 1
@@ -227,3 +229,57 @@ def test_an_answer_wiretape_made_is_told_from_the_providers(tmp_path: Path) -> N
     with open_run(tmp_path / "r.wtape", replay_logs=tmp_path / "logs") as again:
         assert [e.answered_by_wiretape for e in again.exchanges()] == [
             True, True, False, False, False]
+
+
+def test_websocket_messages_round_trip_in_the_exchanges_transaction(tmp_path: Path) -> None:
+    from wiretape.model import Message, Opcode
+
+    messages = (Message("client", Opcode.TEXT, b'{"type":"response.create"}', 5),
+                Message("server", Opcode.BINARY, b"\x00\xff", 9),
+                Message("server", Opcode.PING, b"", 10),
+                Message("client", Opcode.CLOSE, b"bye", 12, 1000),
+                Message("server", Opcode.CLOSE, b"", 13, None))
+    handshake = Exchange(0, 1, "openai", 1, Request(b"GET", b"/v1/responses", (), b""),
+                         Response(101, b"Switching Protocols", ((b"Upgrade", b"websocket"),), ()),
+                         Ending.COMPLETE, 3, 14, None, messages)
+    run = RunFile.create(tmp_path / "w.wtape", INFO)
+    run.write_exchange(handshake)
+    run.write_exchange(exchange(1, b"{}"))
+    run.close(compact=True)
+    with open_run(tmp_path / "w.wtape") as again:
+        first, second = again.exchanges()
+    assert first == handshake
+    assert second.messages == ()
+
+
+def test_a_version_2_file_reads_with_no_messages_and_migrates(tmp_path: Path) -> None:
+    run = RunFile.create(tmp_path / "v2.wtape", INFO)
+    run.write_exchange(exchange(0, b"{}"))
+    run.close(compact=True)
+    db = sqlite3.connect(tmp_path / "v2.wtape", isolation_level=None)
+    db.executescript("DROP TABLE messages; PRAGMA user_version = 2;")
+    db.close()
+    with open_run(tmp_path / "v2.wtape") as old:
+        assert old.exchanges() == [exchange(0, b"{}")]
+    db = sqlite3.connect(tmp_path / "v2.wtape", isolation_level=None)
+    assert schema.migrate(db, tmp_path / "v2.wtape") == 2
+    assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    db.close()
+
+
+def test_a_damaged_message_row_is_one_clear_error(tmp_path: Path) -> None:
+    from wiretape.model import Message, Opcode
+
+    handshake = Exchange(0, 1, "openai", 1, Request(b"GET", b"/v1/responses", (), b""),
+                         Response(101, b"", (), ()), Ending.COMPLETE, 3, 14, None,
+                         (Message("client", Opcode.TEXT, b"x", 5),))
+    run = RunFile.create(tmp_path / "d.wtape", INFO)
+    run.write_exchange(handshake)
+    run.close(compact=True)
+    db = sqlite3.connect(tmp_path / "d.wtape", isolation_level=None)
+    db.execute("UPDATE messages SET opcode = 'smoke'")
+    db.close()
+    with open_run(tmp_path / "d.wtape") as damaged, pytest.raises(RunFileError) as err:
+        damaged.exchanges()
+    assert "message 0 of exchange 0: its opcode is 'smoke'" in str(err.value)

@@ -67,6 +67,8 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
         }
         if frames:
             data["frames_data"] = text.frames_json(exchange)
+        if exchange.messages:
+            data["messages"] = text.messages_json(exchange)
         return data
     return {
         "run_id": info.run_id, "path": str(ov.path), "argv": list(info.argv), "cwd": info.cwd,
@@ -124,6 +126,9 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
         _echo(f"  import note: {printable(str(note))}")
     for line in table(text.timeline_rows(ov.rows), text.TIMELINE_HEADER):
         _echo(escaped(line))
+    for exchange in ov.exchanges:
+        for line in text.websocket_lines(exchange, 12, escaped.style):
+            _echo(escaped(line))
     for line in text.ledger_lines(ov.ledger, escaped.style):
         _echo(escaped(line))
     if ov.verdicts:
@@ -149,7 +154,8 @@ def report(run: str, out: Path | None) -> None:
     from wiretape.inspect.report import render
 
     ov = _read(run, "reading")
-    page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts)
+    page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts,
+                  {e.seq: e.messages for e in ov.exchanges if e.messages})
     target = out or Path(f"{ov.info.run_id}.html")
     write_whole(target, text_bytes(surrogates_escaped(page)))
     counts = (_count(len(ov.rows), "exchange"), _count(len(ov.ledger.entries), "tool call"),

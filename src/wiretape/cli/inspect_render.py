@@ -148,12 +148,67 @@ def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
         lines.append("  unknown events: " + ", ".join(f"{_p(n)} ×{c}"
                                                       for n, c in resp.unknown_events))
     lines += [f"  note: {_p(n)}" for n in resp.notes]
+    lines += websocket_lines(exchange, style=style)
     if frames and exchange.response is not None:
         lines.append(style(f"frames ({len(exchange.response.frames)}):", bold=True))
         for i, f in enumerate(exchange.response.frames):
             lines.append(f"  #{i} +{f.offset_ns / 1e6:.1f} ms {len(f.data)} B "
                          f"{_p(repr(f.data.decode('utf-8', 'backslashreplace')))}")
     return lines
+
+
+def websocket_lines(exchange: Exchange, limit: int | None = None,
+                    style: Style = click.style) -> list[str]:
+    """A WebSocket session's messages, one line each: index, offset,
+    direction, opcode, size and the first bytes (at most ``limit`` lines,
+    then how many more); none for an exchange without messages."""
+    messages = exchange.messages
+    if not messages:
+        return []
+    sent = sum(m.direction == "client" for m in messages)
+    lines = [style(f"exchange {exchange.seq}: WebSocket session, {_n(len(messages), 'message')} "
+                   f"({sent} from the client, {len(messages) - sent} from the server)",
+                   bold=True)]
+    shown = messages if limit is None else messages[:limit]
+    for i, m in enumerate(shown):
+        arrow = "→" if m.direction == "client" else "←"
+        code = f" {m.close_code}" if m.close_code is not None else ""
+        head = m.payload[:80].decode("utf-8", "backslashreplace")
+        more = "…" if len(m.payload) > 80 else ""
+        lines.append(f"  #{i} +{m.offset_ns / 1e6:.1f} ms {arrow} {m.direction} "
+                     f"{m.opcode.value}{code} {human_bytes(len(m.payload))}"
+                     + (f" {_p(head)}{more}" if m.payload else ""))
+    if len(shown) < len(messages):
+        lines.append(f"  ... and {len(messages) - len(shown)} more "
+                     f"(wiretape show RUN --exchange {exchange.seq})")
+    return lines
+
+
+class MessageJSON(TypedDict):
+    """A WebSocket message in ``show --exchange N --json``: its payload as
+    ``text`` when UTF-8, else as ``base64``."""
+
+    direction: str
+    opcode: str
+    offset_ns: int
+    size: int
+    close_code: int | None
+    text: NotRequired[str]
+    base64: NotRequired[str]
+
+
+def messages_json(exchange: Exchange) -> list[MessageJSON]:
+    out: list[MessageJSON] = []
+    for m in exchange.messages:
+        item: MessageJSON = {"direction": m.direction, "opcode": m.opcode.value,
+                             "offset_ns": m.offset_ns, "size": len(m.payload),
+                             "close_code": m.close_code}
+        try:
+            item["text"] = m.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            item["base64"] = base64.b64encode(m.payload).decode("ascii")
+        out.append(item)
+    return out
 
 
 class FrameJSON(TypedDict):

@@ -35,6 +35,8 @@ from wiretape.model import (
     Exchange,
     Frame,
     Headers,
+    Message,
+    Opcode,
     Origin,
     Redaction,
     Request,
@@ -144,6 +146,10 @@ def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> d
             "redactions": [[r.location, r.name, r.fingerprint] for r in redactions],
         },
     }
+    if e.messages:
+        # As Chrome writes a WebSocket's messages into a HAR.
+        entry["_resourceType"] = "websocket"
+        entry["_webSocketMessages"] = [_ws_message(m, e.started_at_ns) for m in e.messages]
     if resp is None:
         entry["response"] = {"status": 0, "statusText": "", "httpVersion": "", "cookies": [],
                              "headers": [], "content": {"size": 0, "mimeType": ""},
@@ -163,6 +169,53 @@ def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> d
         "headersSize": -1, "bodySize": len(resp.body),
     }
     return entry
+
+
+#: RFC 6455 §11.8 opcodes, as Chrome's ``_webSocketMessages`` give them.
+_WS_OPCODES = {Opcode.TEXT: 1, Opcode.BINARY: 2, Opcode.CLOSE: 8, Opcode.PING: 9,
+               Opcode.PONG: 10}
+
+
+def _ws_message(m: Message, started_at_ns: int) -> dict[str, object]:
+    """A WebSocket message as Chrome's HAR has it: ``type`` send (client)
+    or receive, ``time`` in epoch seconds, ``opcode``, ``data`` (binary
+    payloads in base64, as Chrome writes them); a close's code besides."""
+    if m.opcode is Opcode.BINARY:
+        data = base64.b64encode(m.payload).decode("ascii")
+    else:
+        data = m.payload.decode("utf-8", "replace")
+    out: dict[str, object] = {"type": "send" if m.direction == "client" else "receive",
+                              "time": (started_at_ns + m.offset_ns) / 1e9,
+                              "opcode": _WS_OPCODES[m.opcode], "data": data,
+                              "_offset_ns": m.offset_ns}
+    if m.opcode is Opcode.CLOSE:
+        out["_closeCode"] = m.close_code
+    return out
+
+
+def _ws_messages(value: object, started_at_ns: int) -> tuple[Message, ...]:
+    """The ``_webSocketMessages`` of an entry (Chrome's, or ours with their
+    exact offsets) as messages; those of an opcode RFC 6455 does not name
+    are left out. Raises ValueError, KeyError, TypeError."""
+    if not isinstance(value, list):
+        return ()
+    by_code = {code: op for op, code in _WS_OPCODES.items()}
+    out = []
+    for item in value:
+        m = _obj(item, "a WebSocket message")
+        op = by_code.get(int(m.get("opcode", 1)))
+        if op is None:
+            continue
+        raw = str(m.get("data", ""))
+        payload = (base64.b64decode(raw, validate=True) if op is Opcode.BINARY
+                   else raw.encode("utf-8"))
+        offset = m.get("_offset_ns")
+        if not isinstance(offset, int):
+            offset = max(0, int(float(m.get("time", 0)) * 1e9) - started_at_ns)
+        code = m.get("_closeCode")
+        out.append(Message("client" if m.get("type") == "send" else "server", op, payload,
+                           offset, code if isinstance(code, int) else None))
+    return tuple(out)
 
 
 def export_har(info: RunInfo, exchanges: Iterator[Exchange],
@@ -288,12 +341,16 @@ def _exchange(n: int, entry: _Untrusted, origins: dict[str, Origin],
         facts = [Redaction(*r) for r in ours.get("redactions", [])]
         return Exchange(ours["seq"], ours["connection_id"], ours["origin"], ours["started_at_ns"],
                         request, response, Ending(ours["ending"]), ttfb, duration,
-                        ours.get("error")), facts
+                        ours.get("error"),
+                        _ws_messages(entry.get("_webSocketMessages"),
+                                     ours["started_at_ns"])), facts
     conn = str(entry.get("connection", ""))
+    started = _started(entry.get("startedDateTime"))
     return Exchange(n, int(conn) if conn.isdigit() else n, origins[base].name,
-                    _started(entry.get("startedDateTime")), request, response,
+                    started, request, response,
                     Ending.COMPLETE if response else Ending.ORIGIN_UNREACHABLE,
-                    ttfb if response else None, duration), []
+                    ttfb if response else None, duration, None,
+                    _ws_messages(entry.get("_webSocketMessages"), started)), []
 
 
 def _info(log: _Untrusted, origins: dict[str, Origin], source: str,

@@ -23,6 +23,7 @@ from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
 from wiretape.inspect.timeline import TimelineRow
 from wiretape.model import COMPARED_FACETS, ReplayRow, RunInfo, facets
+from wiretape.model import Message as WsMessage
 from wiretape.playback.verdict import Verdict
 from wiretape.redaction import redact_str
 
@@ -150,7 +151,27 @@ def _new_messages(
     return 0, msgs
 
 
-def conversation(rows: Sequence[TimelineRow], views: Mapping[int, ExchangeView]) -> str:
+def _session(messages: Sequence[WsMessage]) -> str:
+    """A WebSocket session's messages: a collapsed table, one row each."""
+    sent = sum(m.direction == "client" for m in messages)
+    rows = "".join(
+        f'<tr><td>#{i}</td><td>+{_e(_ms(m.offset_ns))}</td>'
+        f'<td>{"→ client" if m.direction == "client" else "← server"}</td>'
+        f"<td>{_e(m.opcode.value)}{'' if m.close_code is None else ' ' + str(m.close_code)}"
+        f"</td><td>{len(m.payload)} B</td>"
+        f'<td class="mono">{_e(m.payload[:300].decode("utf-8", "backslashreplace"))}'
+        f'{"…" if len(m.payload) > 300 else ""}</td></tr>'
+        for i, m in enumerate(messages))
+    return (f'<details class="msg ws"><summary>WebSocket session: {len(messages)} messages '
+            f"({sent} from the client, {len(messages) - sent} from the server)</summary>"
+            "<table><thead><tr><th>#</th><th>at</th><th>direction</th><th>opcode</th>"
+            f"<th>size</th><th>payload</th></tr></thead><tbody>{rows}</tbody></table></details>")
+
+
+def conversation(rows: Sequence[TimelineRow], views: Mapping[int, ExchangeView],
+                 sessions: Mapping[int, Sequence[WsMessage]] | None = None) -> str:
+    """Each exchange as a conversation step; ``sessions``: the WebSocket
+    messages of the exchanges that have any, by seq."""
     out, previous, system = [], None, ""
     for r in rows:
         view = views[r.seq]
@@ -189,6 +210,8 @@ def conversation(rows: Sequence[TimelineRow], views: Mapping[int, ExchangeView])
                          f"{text}{calls}{errors}</div>")
         elif r.error:
             parts.append(f'<div class="error">no response: {_e(r.error)}</div>')
+        if sessions and sessions.get(r.seq):
+            parts.append(_session(sessions[r.seq]))
         parts.append("</div>")
         out.append("".join(parts))
         previous = view
@@ -228,6 +251,24 @@ def _divergence(row: ReplayRow) -> str:
     return "".join(out) + "</div>"
 
 
+def _message_divergences(row: ReplayRow) -> str:
+    """The client messages of a replayed WebSocket session that were not exact."""
+    out = []
+    for d in row["detail"]["messages"]["decisions"]:
+        if d["kind"] == "exact":
+            continue
+        where = (f"recorded message {d['recorded']}" if d["recorded"] is not None
+                 else "no recorded counterpart")
+        explanation = d.get("explanation")
+        out.append(f'<div class="divergence" data-kind="{_e(d["kind"])}"><h4><span class="badge '
+                   f'{_e(d["kind"])}">{_e(d["kind"])}</span> client message {d["index"]} of '
+                   f'{_e(row.get("method"))} {_e(row.get("target"))} <span class="muted">'
+                   f"({_e(where)})</span></h4>"
+                   + (f"<div><b>{_e(explanation.get('first_line', ''))}</b></div>"
+                      if explanation else "") + "</div>")
+    return "".join(out)
+
+
 def _facet_word(same: object) -> str:
     return "same" if same else "not compared" if same is None else "differs"
 
@@ -256,7 +297,14 @@ def replays(verdicts: Sequence[Verdict]) -> str:
             "<th>equivalent</th><th>diverged</th>"
             f"<th>missing</th><th>unused</th></tr></thead><tbody><tr>{counts}</tr></tbody></table>"
             f'<div class="muted">outcome: {_e(outcome or "not compared")}</div>')
+        if v.messages is not None:
+            exact, diverged, missing, unused = v.messages
+            out.append(f'<div class="muted" data-messages="{exact},{diverged},{missing},'
+                       f'{unused}">WebSocket messages: exact {exact}, diverged {diverged}, '
+                       f"missing {missing}, unused {unused}</div>")
         out.extend(_divergence(r) for r in v.requests if r.get("kind") != "exact")
+        out.extend(_message_divergences(r) for r in v.requests
+                   if r.get("kind") == "exact" and "messages" in (r.get("detail") or {}))
         for u in v.unused_exchanges:
             out.append(f'<div class="muted">unused recorded exchange #{_e(u.get("seq"))}: '
                        f'{_e(u.get("summary", ""))}</div>')
@@ -265,8 +313,9 @@ def replays(verdicts: Sequence[Verdict]) -> str:
 
 
 def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
-           views: Mapping[int, ExchangeView], ledger: Ledger, verdicts: Sequence[Verdict]) -> str:
-    """The whole page."""
+           views: Mapping[int, ExchangeView], ledger: Ledger, verdicts: Sequence[Verdict],
+           sessions: Mapping[int, Sequence[WsMessage]] | None = None) -> str:
+    """The whole page; ``sessions``: the WebSocket messages by exchange seq."""
     template = Template(resources.files("wiretape.inspect").joinpath("report_template.html")
                         .read_text(encoding="utf-8"))
     # The key shapes are masked even in a run recorded before they were
@@ -274,7 +323,7 @@ def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
     return redact_str(template.substitute(
         version=_e(__version__), title=_e(f"wiretape {info.run_id}"),
         summary=summary(info, path, rows, ledger, verdicts), waterfall=waterfall(rows),
-        ledger=ledger_table(ledger), conversation=conversation(rows, views),
+        ledger=ledger_table(ledger), conversation=conversation(rows, views, sessions),
         replays=replays(verdicts),
         footer=_e(f"wiretape {__version__} · run {info.run_id} · report written "
                   f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M:%S')}"),

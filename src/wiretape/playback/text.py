@@ -17,6 +17,7 @@ from wiretape.model import (
     ExplanationJSON,
     Facet,
     LearnedJSON,
+    RequestDetail,
     facets,
 )
 
@@ -55,8 +56,41 @@ def verdict_line(v: Verdict) -> str:
     return (
         f"wiretape: verdict {status}{extra} ({v.mode}): recorded {v.recorded}, exact {v.exact}, "
         f"substituted {v.substituted}, {equivalent}diverged {v.diverged}, missing {v.missing}, "
-        f"unused {v.unused}; outcome: {outcome}{tail}"
+        f"unused {v.unused}{_messages_part(v)}; outcome: {outcome}{tail}"
     )
+
+
+def _messages_part(v: Verdict) -> str:
+    """``; messages: exact N, ...`` when WebSocket sessions were replayed."""
+    if v.messages is None:
+        return ""
+    exact, diverged, missing, unused = v.messages
+    return (f"; messages: exact {exact}, diverged {diverged}, missing {missing}, "
+            f"unused {unused}")
+
+
+def _message_lines(detail: RequestDetail, style: Style) -> list[str]:
+    """Each WebSocket message of a session that was not exact, and the
+    recorded messages never used."""
+    session = detail.get("messages")
+    if session is None:
+        return []
+    lines = []
+    for d in session["decisions"]:
+        if d["kind"] == "exact":
+            continue
+        where = (f"recorded message {d['recorded']}" if d["recorded"] is not None
+                 else "no recorded counterpart")
+        lines.append(style(f"  client message {d['index']} ({d['opcode']}, {d['size']} B): "
+                           f"{d['kind']} ({where})", fg=_KIND_COLOUR.get(d["kind"]), bold=True))
+        if "explanation" in d:
+            lines.extend("  " + line for line in explanation_lines(d["explanation"], style))
+    if session["unused"]:
+        shown = ", ".join(str(i) for i in session["unused"][:10])
+        more = len(session["unused"]) - 10
+        lines.append(f"  recorded messages never used: {shown}"
+                     + (f" and {more} more" if more > 0 else ""))
+    return lines
 
 
 def _rules_word(v: Verdict) -> str:
@@ -175,6 +209,11 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
     for row in v.requests:
         kind = row["kind"]
         if kind == "exact":
+            messages = _message_lines(row.get("detail", {}), style)
+            if messages:
+                lines.append(style(f"request {row['index']} {row['method']} {row['target']}: "
+                                   f"exact, its WebSocket session:", bold=True))
+                lines.extend(messages)
             continue
         detail = row.get("detail", {})
         where = (f"recorded #{row['seq']}" if row.get("seq") is not None

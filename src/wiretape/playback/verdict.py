@@ -15,6 +15,7 @@ from wiretape.errors import EXIT_PASS as EXIT_PASS
 from wiretape.errors import EXIT_USAGE as EXIT_USAGE
 from wiretape.model import LearnedJSON, Outcome, ReplayRow, facets
 from wiretape.playback import text
+from wiretape.playback.messages import counts as message_counts
 
 #: Pointers and examples a verdict keeps per learned rule.
 _MAX_POINTERS = 10
@@ -38,6 +39,15 @@ class UnusedExchange(TypedDict):
     method: NotRequired[str]
     target: NotRequired[str]
     summary: NotRequired[str]
+
+
+class MessageCountsJSON(TypedDict):
+    """The WebSocket messages of the replayed sessions, counted."""
+
+    exact: int
+    diverged: int
+    missing: int
+    unused: int
 
 
 #: The verdict's JSON form (``--json``): the fields, then the derived numbers.
@@ -66,7 +76,9 @@ VerdictJSON = TypedDict("VerdictJSON", {
     "pass": bool,
     "interrupted": str | None,
     "rules": list[LearnedJSON],
+    "messages": NotRequired[MessageCountsJSON],
 })
+
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,15 @@ class Verdict:
     equivalent: int = 0
     #: the learned correspondences the replay accepted (``ids``, ``clock``, ...)
     allow: tuple[str, ...] = ()
+    #: the WebSocket messages of the sessions replayed (exact, diverged,
+    #: missing, unused; playback.messages); None when no session was played
+    messages: tuple[int, int, int, int] | None = None
+
+    @property
+    def messages_pass(self) -> bool:
+        """Every recorded message of every session played was matched
+        exactly or sent, and no live message was left without one."""
+        return self.messages is None or self.messages[1:] == (0, 0, 0)
 
     @property
     def reused(self) -> int:
@@ -107,7 +128,7 @@ class Verdict:
     def exchanges_pass(self) -> bool:
         matched = (self.exact + (self.substituted if self.allow_substitutions else 0)
                    + self.equivalent)
-        return matched == self.recorded and self.missing == 0
+        return matched == self.recorded and self.missing == 0 and self.messages_pass
 
     @property
     def rules(self) -> list[LearnedJSON]:
@@ -168,6 +189,14 @@ class Verdict:
         return text.verdict_details(self, style)
 
     def to_json(self) -> VerdictJSON:
+        out = self._to_json()
+        if self.messages is not None:
+            exact, diverged, missing, unused = self.messages
+            out["messages"] = {"exact": exact, "diverged": diverged, "missing": missing,
+                               "unused": unused}
+        return out
+
+    def _to_json(self) -> VerdictJSON:
         return {
             "run_id": self.run_id,
             "replay_id": self.replay_id,
@@ -220,6 +249,8 @@ def compute(
         if seq is not None:
             used.add(int(seq))
     unused = tuple(s for s in recorded_seqs if s not in used)
+    sessions = [row["detail"]["messages"] for row in rows
+                if "messages" in row.get("detail", {})]
     return Verdict(
         run_id=run_id,
         replay_id=replay_id,
@@ -238,6 +269,7 @@ def compute(
         unused_exchanges=tuple(_unused(s, (describe or {}).get(s)) for s in unused),
         equivalent=counts["equivalent"],
         allow=tuple(allow),
+        messages=message_counts(sessions) if sessions else None,
     )
 
 

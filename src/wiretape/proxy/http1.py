@@ -1,11 +1,11 @@
 """The listening side of the proxy: one client connection, driven by h11.
 
 Owns reading requests (with a body cap, 100-continue, timeouts, a cap on
-header fields, and clear errors for CONNECT, WebSocket upgrades and
-request-targets or framings it will not relay; a connection opening with
-the HTTP/2 preface is handed to ``proxy.http2``) and
-writing responses byte for byte: the head is serialised here (order and
-case as given), the body framed per ``hop.Framing``. h11 tracks the
+header fields, and clear errors for CONNECT, malformed WebSocket upgrades
+and request-targets or framings it will not relay; a connection opening
+with the HTTP/2 preface is handed to ``proxy.http2``), answering an upgrade
+with 101, and writing responses byte for byte: the head is serialised here
+(order and case as given), the body framed per ``hop.Framing``. h11 tracks the
 connection state so keep-alive works; its own output for responses is not
 used.
 
@@ -28,6 +28,7 @@ import h11
 from wiretape.model import DEFAULT_MAX_BODY, Headers, Request
 from wiretape.proxy.faults import internal_error, log, one_line
 from wiretape.proxy.hop import ClientHead, Framing, client_head
+from wiretape.proxy.websocket import handshake_problem
 
 _READ_SIZE = 65536
 #: bytes held for one write (``more=True``) before they are sent anyway
@@ -257,7 +258,9 @@ class ClientConnection:
         malformed requests, request-targets that are not origin-form,
         Transfer-Encoding with Content-Length (400); too many or too large
         header fields (431); bodies over the cap (413); heads or bodies that
-        stall (408); CONNECT (405) and WebSocket upgrades (501).
+        stall (408); CONNECT (405); WebSocket upgrades whose handshake is
+        malformed (400, ``proxy.websocket.handshake_problem``). A well-formed
+        upgrade is returned like any request (``switch_protocols`` answers it).
         """
         try:
             event = await self._next_event()
@@ -307,9 +310,10 @@ class ClientConnection:
             raise ProtocolRefused("Transfer-Encoding with Content-Length")
         upgrade = [v.lower() for k, v in headers if k.lower() == b"upgrade"]
         if any(b"websocket" in v for v in upgrade):
-            await self._refuse(501, "websocket_not_supported",
-                               "wiretape does not support WebSocket upgrades yet")
-            raise ProtocolRefused("WebSocket upgrade")
+            problem = handshake_problem(bytes(event.method), bytes(event.http_version), headers)
+            if problem is not None:
+                await self._refuse(400, "malformed_websocket_handshake", problem)
+                raise ProtocolRefused("WebSocket handshake")
         declared = next((v for k, v in headers if k.lower() == b"content-length"), None)
         if declared is not None and declared.strip().isdigit() and int(declared) > self._max_body:
             await self._refuse_too_large()
@@ -378,7 +382,7 @@ class ClientConnection:
 
     @property
     def max_body(self) -> int:
-        """The cap on a request body, bytes."""
+        """The cap on a request body (bytes); a WebSocket message's cap too."""
         return self._max_body
 
     def note_refused(self, status: int, code: str) -> None:
@@ -446,6 +450,19 @@ class ClientConnection:
         inner.draining = self.draining
         self.inner = inner
         return inner
+
+    async def switch_protocols(self, reason: bytes, headers: Headers) -> bytes:
+        """Answer an upgrade with 101 (RFC 9110 §15.2.2), ``headers`` as
+        given (order and case): from here the connection carries the new
+        protocol (``streams``). Returns bytes the client already sent past
+        the request. Raises ClientGone."""
+        self._h11.send(h11.InformationalResponse(status_code=101, headers=list(headers),
+                                                 reason=reason))
+        self._writer.write(b"HTTP/1.1 101 " + reason + b"\r\n"
+                           + b"".join(k + b": " + v + b"\r\n" for k, v in headers) + b"\r\n")
+        await self._drain()
+        trailing, _closed = self._h11.trailing_data
+        return bytes(trailing)
 
     @property
     def streams(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -35,11 +35,12 @@ import httpx
 from wiretape.errors import RunFileWriteError, write_failure_reason
 from wiretape.model import Ending, Exchange, Frame, Redaction, Request, Response
 from wiretape.origins import UpstreamOptions, parse_upstream
-from wiretape.proxy import upstream
+from wiretape.proxy import upstream, ws_record
 from wiretape.proxy.hop import ClientHead, Framing
-from wiretape.proxy.http1 import ClientGone, Handler, Responder
+from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responder
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.spool import DEFAULT_SPOOL_AT, Gathered, Spool, may_spool
+from wiretape.proxy.websocket import is_upgrade
 from wiretape.redaction import STANDARD, Rules, redact_exchange, redact_request
 from wiretape.store.blobs import Packed, blob_hash
 from wiretape.store.runfile import RunFile
@@ -119,6 +120,9 @@ class Recorder:
         shown = root + base  # named in error answers: without any userinfo
 
         async def handle(conn: Responder, request: Request) -> None:
+            if is_upgrade(request) and isinstance(conn, ClientConnection):
+                await self._websocket(conn, request, origin, shown, root, host, connection_id)
+                return
             await self._forward(conn, request, origin, shown, root, host, connection_id)
 
         return handle
@@ -246,6 +250,39 @@ class Recorder:
                             ttfb, duration, error)
         self._schedule_store(exchange, gathered, prepared)
 
+    async def _websocket(self, conn: ClientConnection, request: Request, origin: str,
+                         upstream_url: str, root: str, host: str, connection_id: int) -> None:
+        """An upgrade to WebSocket (``proxy.ws_record``): stored as one
+        exchange, the handshake and the origin's answer, with the session's
+        messages; stored also when wiretape stops during the session."""
+        if self.write_failure is not None:
+            await self._refuse(conn, request, self.write_failure)
+            return
+        seq = next(self._seq)
+        wall, t0 = time.time_ns(), time.monotonic_ns()
+        session = ws_record.Session()
+        try:
+            await ws_record.forward(conn, request, root, host, self._options, session, t0=t0,
+                                    max_size=conn.max_body)
+        except ws_record.OriginUnreachable as exc:
+            session.ending = Ending.TIMEOUT if exc.timeout else Ending.ORIGIN_UNREACHABLE
+            session.error = str(exc)
+            status, reason, headers, body = unreachable_response(
+                request.path, upstream_url, session.error, timeout=exc.timeout)
+            session.response = Response(status, reason, headers,
+                                        (Frame(time.monotonic_ns() - t0, body),))
+            with contextlib.suppress(ClientGone):
+                await conn.answer(status, reason, headers, body)
+        except asyncio.CancelledError:
+            session.ending = Ending.CLIENT_GONE
+            session.error = "wiretape stopped during the WebSocket session"
+            raise
+        finally:
+            self._schedule_store(Exchange(
+                seq, connection_id, origin, wall, request, session.response, session.ending,
+                session.ttfb_ns, time.monotonic_ns() - t0, session.error,
+                tuple(session.messages)), None, None)
+
     async def _refuse(self, conn: Responder, request: Request,
                       failure: RunFileWriteError) -> None:
         self.stats.refused += 1
@@ -326,7 +363,8 @@ class Recorder:
             return
         stored, response_bytes = result
         self.stats.exchanges += 1
-        self.stats.body_bytes += len(stored.request.body) + response_bytes
+        self.stats.body_bytes += (len(stored.request.body) + response_bytes
+                                  + sum(len(m.payload) for m in stored.messages))
         if exchange.ending is not Ending.COMPLETE:
             self._run.start_compressing()  # (a complete one: once its end is sent)
             self.stats.failures.append(

@@ -27,9 +27,12 @@ from wiretape.matching.correspond import Learned
 from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail, header_values
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Candidate, Decision, Kind, Policy, Remaining, decide, exact
+from wiretape.playback.messages import SessionScript, Step
 from wiretape.playback.pacing import Pace, schedule
-from wiretape.proxy.http1 import ClientGone, Handler, Responder
+from wiretape.proxy import ws_replay
+from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responder
 from wiretape.proxy.shapes import error_response, unreachable_response
+from wiretape.proxy.websocket import is_upgrade
 from wiretape.redaction import REDACTED, LiveRedactor
 from wiretape.store.runfile import RunFile
 
@@ -182,6 +185,7 @@ class Replayer:
                 raise result
 
     async def _answer(self, conn: Responder, request: Request) -> None:
+        session = False  # a WebSocket session to play
         async with self._lock:
             if (len(request.body) + len(request.target) <= INLINE_BYTES
                     and not self._tape.recorded_for(request)):
@@ -215,7 +219,11 @@ class Replayer:
                     "detail": detail,
                 }
                 self.rows.append(row)
-                self._unwritten.append((row, live, time.time_ns()))
+                session = (decision.serve and decision.seq is not None and is_upgrade(request)
+                           and isinstance(conn, ClientConnection)
+                           and ws_replay.is_session(self._tape.exchanges[decision.seq]))
+                if not session:  # (a session's row is written once it ends)
+                    self._unwritten.append((row, live, time.time_ns()))
                 if self._on_decision is not None:
                     self._on_decision(row)
         try:
@@ -225,7 +233,11 @@ class Replayer:
                                    "no further requests are answered")
                 return
             if decision.serve and decision.seq is not None:
-                await self._serve(conn, self._tape.exchanges[decision.seq])
+                exchange = self._tape.exchanges[decision.seq]
+                if session and isinstance(conn, ClientConnection):
+                    await self._session(conn, request, live, exchange, row)
+                else:
+                    await self._serve(conn, exchange)
             else:
                 await self._reject(conn, request, f"replay_{decision.kind.value}",
                                    _reason(decision, live))
@@ -237,6 +249,36 @@ class Replayer:
         finally:
             # After the answer: the row's write does not compete with it.
             self._write_decided()
+
+    async def _session(self, conn: ClientConnection, request: Request, live: Request,
+                       exchange: Exchange, row: ReplayRow) -> None:
+        """Play the WebSocket session ``exchange`` recorded (``ws_replay``);
+        its decisions go in ``row``'s detail, which is written when the
+        session ends (or is cut off)."""
+        script = SessionScript(exchange.messages, self._policy.mode)
+        route = f"{live.method.decode()} {live.target.decode('latin-1')}"
+
+        def redact(payload: bytes, recorded: bytes | None) -> bytes:
+            return self.redactor.text(payload, "client-message", recorded)
+
+        def stop(step: Step) -> str:
+            d = step.decision
+            where = ""
+            spans = d.get("explanation", {}).get("spans", [])
+            if spans and spans[0]["pointer"] is not None:
+                where = f" at {spans[0]['pointer'] or '/'}"
+            self.stopped = (f"{d['kind']} message {d['index']} of the WebSocket session "
+                            f"{route}{where}")
+            if self._on_stop is not None:
+                self._on_stop(self.stopped)
+            return f"wiretape replay: client message {d['index']} {d['kind']}{where}"
+
+        try:
+            await ws_replay.play(conn, request, exchange, script, pace=self._pace,
+                                 redact=redact, on_stop=stop)
+        finally:  # (also when the session is cut off: what was decided is kept)
+            row["detail"]["messages"] = script.result()
+            self._unwritten.append((row, live, time.time_ns()))
 
     def _decide(self, request: Request) -> tuple[Request, Decision | None, Explanation | None]:
         """:meth:`_redact` then :meth:`_judge` (no decision: the replay has

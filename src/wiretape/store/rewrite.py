@@ -35,6 +35,7 @@ _META_BYTES = {"stdout": "stdout", "stderr": "stderr"}
 _META_PLACES = {"argv": "argv", "env_names": "env-names", "credential_env": "env-names",
                 "connect": "connect", "extra": "extra"}
 _KNOWN_TABLES = frozenset({"meta", "origins", "blobs", "exchanges", "frames", "redactions",
+                           "messages",
                            "replays", "replay_requests", "snapshots", "snapshot_entries",
                            "outcome_changes"})
 

@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast, get_type_hints
@@ -41,6 +41,8 @@ from wiretape.model import (
     Exchange,
     Frame,
     Headers,
+    Message,
+    Opcode,
     Origin,
     Outcome,
     Redaction,
@@ -64,6 +66,7 @@ from wiretape.store.locate import replay_log_path
 from wiretape.store.replaylog import LogError, ReplayLog, replay_record, request_row
 
 _ENDINGS = tuple(e.value for e in Ending)
+_OPCODES = tuple(o.value for o in Opcode)
 #: Bytes committed (about) after which the background thread checkpoints
 #: the WAL (SQLite's own default is 1000 pages: about 4 MiB).
 _FOLD_BYTES = 4 << 20
@@ -757,8 +760,29 @@ class RunFile:
                     (shapes.integer(offset_ns, f"{what}: its time offset"),
                      shapes.integer(start, f"{what}: its start", 0),
                      shapes.integer(length, f"{what}: its length", 0)))
+            messages = self._messages()
         for row in rows:
-            yield self._exchange_from_row(row, frames.get(row[0], []))
+            exchange = self._exchange_from_row(row, frames.get(row[0], []))
+            found = messages.get(exchange.seq)
+            yield exchange if found is None else replace(exchange, messages=tuple(found))
+
+    def _messages(self) -> dict[int, list[Message]]:
+        """The WebSocket messages of every exchange that has any, by seq, in
+        order (the caller holds the lock). Raises StoredValueError."""
+        out: dict[int, list[Message]] = {}
+        for seq, idx, direction, opcode, offset_ns, payload, code in self._db.execute(
+            "SELECT seq, idx, direction, opcode, offset_ns, payload, close_code FROM messages"
+            " ORDER BY seq, idx"
+        ):
+            what = f"message {idx} of exchange {seq}"
+            side = shapes.one_of(direction, ("client", "server"), f"{what}: its direction")
+            out.setdefault(shapes.integer(seq, "a message's exchange"), []).append(Message(
+                "client" if side == "client" else "server",
+                Opcode(shapes.one_of(opcode, _OPCODES, f"{what}: its opcode")),
+                shapes.blob(payload, f"{what}: its payload"),
+                shapes.integer(offset_ns, f"{what}: its time offset"),
+                shapes.optional_integer(code, f"{what}: its close code", 0, 4999)))
+        return out
 
     def _exchange_from_row(
         self, row: Sequence[Any], frame_rows: list[tuple[int, int, int]]
@@ -1131,6 +1155,11 @@ def _insert_exchange(db: sqlite3.Connection, exchange: Exchange, req_blob: str,
         "INSERT INTO redactions (seq, location, name, fingerprint) VALUES (?,?,?,?)",
         [(exchange.seq, r.location, r.name, r.fingerprint) for r in redactions],
     )
+    db.executemany(
+        "INSERT INTO messages (seq, idx, direction, opcode, offset_ns, payload, close_code)"
+        " VALUES (?,?,?,?,?,?,?)",
+        [(exchange.seq, idx, m.direction, m.opcode.value, m.offset_ns, m.payload, m.close_code)
+         for idx, m in enumerate(exchange.messages)])
 
 
 def _frame_rows(seq: int, frames: Iterable[tuple[int, int]],

@@ -18,7 +18,7 @@ from pathlib import Path
 from wiretape.errors import RunFileError, SchemaTooNew
 from wiretape.store.database import schema_problem, statements, transaction
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -118,9 +118,23 @@ CREATE TABLE outcome_changes (
 );
 """
 
+# Version 3: the WebSocket messages after an upgrade's 101 (DESIGN.md, "WebSockets").
+_V3 = """
+CREATE TABLE messages (
+  seq INTEGER NOT NULL,           -- the exchange whose handshake opened the session
+  idx INTEGER NOT NULL,           -- order of the message in the session
+  direction TEXT NOT NULL,        -- client, server
+  opcode TEXT NOT NULL,           -- text, binary, ping, pong, close
+  offset_ns INTEGER NOT NULL,     -- from the start of the handshake
+  payload BLOB NOT NULL,          -- as the application saw it (a close: its reason)
+  close_code INTEGER,             -- a close's status code (NULL: none was sent)
+  PRIMARY KEY (seq, idx)
+);
+"""
+
 
 # The DDL of migration i, which brings a file from version i to version i + 1.
-_STEPS: dict[int, str] = {0: _V1, 1: _V2}
+_STEPS: dict[int, str] = {0: _V1, 1: _V2, 2: _V3}
 
 
 def ddl(version: int) -> str:

@@ -10,6 +10,11 @@ that serves them. It speaks:
     POST .../messages               Anthropic messages, JSON or SSE       consumed
     POST .../models/M:generateContent        Gemini, JSON                 consumed
     POST .../models/M:streamGenerateContent  Gemini, SSE (``alt=sse``)    consumed
+    GET .../responses + Upgrade:    Responses over WebSocket: one text     consumed
+      websocket                     message per event, per response.create
+    GET .../realtime + Upgrade:     the Realtime API's text events         consumed
+      websocket                     (session.update, conversation.item.create,
+                                    response.create -> deltas, response.done)
     POST .../embeddings             OpenAI embeddings, vectors derived    none
                                     from the input alone
     POST .../models/M:countTokens   Gemini token count, from the size     none
@@ -42,6 +47,8 @@ Its modules, each importing only those above it:
     gemini_generate      generateContent, countTokens
     openai_embeddings    embeddings                /
     playbook             routes, the script being played, ReceivedRequest
+    openai_realtime      the Realtime API's event flow, played on the script
+    openai_responses_ws  the WebSocket shell: Responses and Realtime sessions
     server               the asyncio + h11 shell: AsyncFakeProvider, FakeProvider
     cli                  ``python -m wiretape.testing`` (``__main__`` calls it)
 

@@ -28,6 +28,11 @@ from types import TracebackType
 import h11
 
 from wiretape.errors import PortInUse
+from wiretape.testing.openai_responses_ws import (
+    accept_headers,
+    is_websocket_upgrade,
+    serve_session,
+)
 from wiretape.testing.playbook import Playbook, ReceivedRequest
 from wiretape.testing.script import Turn
 from wiretape.testing.wire import Reply
@@ -190,6 +195,13 @@ class AsyncFakeProvider:
         conn = h11.Connection(h11.SERVER)
         try:
             while (incoming := await _read_request(conn, reader)) is not None:
+                if is_websocket_upgrade(incoming.method, incoming.target, incoming.headers):
+                    await _send(conn, writer, h11.InformationalResponse(
+                        status_code=101, headers=accept_headers(incoming.headers)))
+                    await serve_session(reader, writer, bytes(conn.trailing_data[0]),
+                                        incoming.target, incoming.headers,
+                                        self._playbook.answer, self._delay)
+                    return
                 request, reply = self._playbook.answer(
                     incoming.method, incoming.target, incoming.headers, incoming.body
                 )

@@ -1,0 +1,246 @@
+"""Recording a WebSocket session: the upgrade forwarded to the origin (ws
+over http, wss over https, the origin's certificate verified as the HTTP
+forwarding does), its answer relayed, and after a 101 every frame relayed
+both ways as it arrives while each whole message is kept (DESIGN.md,
+"WebSockets").
+
+The handshake goes out as the agent sent it (its key too, so the origin's
+``Sec-WebSocket-Accept`` is the agent's), without hop-by-hop fields but
+``Connection: Upgrade`` and ``Upgrade``, and without
+``Sec-WebSocket-Extensions``: nothing is compressed, what is kept is what
+the application saw. Control frames are relayed too (a ping reaches the
+other end, whose pong comes back); a close is answered by wiretape on the
+side that sent it (RFC 6455 §5.5.1) and passed on to the other.
+
+Only the recorder imports this module (it dials origins).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import certifi
+import h11
+from websockets.protocol import Side
+
+from wiretape.model import Ending, Frame, Message, Opcode, Request, Response
+from wiretape.origins import UpstreamOptions
+from wiretape.proxy.hop import upstream_request_headers
+from wiretape.proxy.http1 import ClientConnection, ClientGone
+from wiretape.proxy.websocket import Peer, going_away
+
+#: Seconds to wait for a handshake answer, and for the other side's end
+#: once one side has ended.
+HANDSHAKE_TIMEOUT = 30.0
+CLOSE_GRACE = 2.0
+
+
+@dataclass
+class Session:
+    """What crossed so far: the origin's answer (None: none yet), the
+    messages in order, how the session ended and why."""
+
+    response: Response | None = None
+    messages: list[Message] = field(default_factory=list)
+    ending: Ending = Ending.COMPLETE
+    ttfb_ns: int | None = None
+    error: str | None = None
+
+
+class OriginUnreachable(Exception):
+    """The origin could not be dialled or did not answer the handshake."""
+
+    def __init__(self, message: str, *, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
+def _context(options: UpstreamOptions) -> ssl.SSLContext:
+    verify = options.verify()
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+async def _dial(root: str, options: UpstreamOptions,
+                ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    parts = urlsplit(root)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    address, dial_port = options.resolve.get(host, (host, port))
+    tls = _context(options) if parts.scheme == "https" else None
+    return await asyncio.open_connection(address, dial_port, ssl=tls,
+                                         server_hostname=host if tls else None,
+                                         limit=1 << 20)
+
+
+async def forward(conn: ClientConnection, request: Request, root: str, host: str,
+                  options: UpstreamOptions, session: Session, *, t0: int,
+                  max_size: int) -> None:
+    """Send the upgrade ``request`` to the origin at ``root``
+    (``scheme://host[:port]``, ``host`` its Host field) and relay its
+    answer to ``conn``; after a 101, relay the session until both ends are
+    done, filling ``session`` as it goes (so what crossed is there when
+    this task is cancelled). ``t0``: monotonic ns when the request began.
+    Raises OriginUnreachable before any answer (the caller answers 502 or
+    504); ClientGone is handled here."""
+    try:
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+            reader, writer = await _dial(root, options)
+    except TimeoutError as exc:
+        raise OriginUnreachable(f"no connection to {root} within {HANDSHAKE_TIMEOUT:g} s",
+                                timeout=True) from exc
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise OriginUnreachable(f"{type(exc).__name__}: {exc}") from exc
+    try:
+        await _handshake(conn, request, host, reader, writer, session, t0, max_size)
+    finally:
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError, ssl.SSLError):
+            writer.close()
+
+
+async def _handshake(conn: ClientConnection, request: Request, host: str,
+                     reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     session: Session, t0: int, max_size: int) -> None:
+    headers = [*upstream_request_headers(request.headers, host.encode("latin-1")),
+               (b"Connection", b"Upgrade"), (b"Upgrade", b"websocket")]
+    headers = [(k, v) for k, v in headers if k.lower() != b"sec-websocket-extensions"]
+    h = h11.Connection(h11.CLIENT)
+    try:
+        writer.write(h.send(h11.Request(method=b"GET", target=request.target, headers=headers))
+                     or b"")
+        writer.write(h.send(h11.EndOfMessage()) or b"")
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+            await writer.drain()
+            head, body = await _answer(h, reader)
+    except TimeoutError as exc:
+        raise OriginUnreachable(f"the origin did not answer the WebSocket handshake within "
+                                f"{HANDSHAKE_TIMEOUT:g} s", timeout=True) from exc
+    except (OSError, ssl.SSLError, h11.ProtocolError) as exc:
+        raise OriginUnreachable(f"{type(exc).__name__}: {exc}") from exc
+    session.ttfb_ns = time.monotonic_ns() - t0
+    raw = tuple((bytes(k), bytes(v)) for k, v in head.headers.raw_items())
+    reason = bytes(head.reason)
+    if head.status_code != 101:
+        # Refused (400, 404, 426...): an ordinary exchange, relayed as it came.
+        session.response = Response(head.status_code, reason, raw,
+                                    (Frame(time.monotonic_ns() - t0, body),) if body else ())
+        try:
+            await conn.send_head(head.status_code, reason, raw, keep_alive=False)
+            await conn.send_data(body)
+            await conn.end()
+        except ClientGone:
+            session.ending, session.error = Ending.CLIENT_GONE, "the client left"
+        return
+    session.response = Response(101, reason, raw, ())
+    shown = tuple((k, v) for k, v in raw if k.lower() != b"sec-websocket-extensions")
+    try:
+        early = await conn.switch_protocols(reason, shown)
+    except ClientGone:
+        session.ending, session.error = Ending.CLIENT_GONE, "the client left before the 101"
+        return
+    agent_reader, agent_writer = conn.streams
+    agent = Peer(agent_reader, agent_writer, Side.SERVER, "client", t0, max_size)
+    origin = Peer(reader, writer, Side.CLIENT, "server", t0, max_size)
+    await _relay(agent, origin, early, bytes(h.trailing_data[0]), session)
+
+
+async def _answer(h: h11.Connection, reader: asyncio.StreamReader,
+                  ) -> tuple[h11.Response | h11.InformationalResponse, bytes]:
+    """The origin's answer to the handshake: a 101, or a final response
+    and its (de-chunked) body."""
+    head: h11.Response | h11.InformationalResponse | None = None
+    body = bytearray()
+    while True:
+        event = h.next_event()
+        if event is h11.NEED_DATA:
+            h.receive_data(await reader.read(65536))
+            continue
+        if isinstance(event, h11.InformationalResponse):
+            if event.status_code == 101:
+                return event, b""
+            continue  # 100 and the like: the real answer follows
+        if isinstance(event, h11.Response):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed) and head is not None:
+            return head, bytes(body)
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            raise OSError("the origin closed the connection during the WebSocket handshake")
+
+
+async def _relay(agent: Peer, origin: Peer, agent_early: bytes, origin_early: bytes,
+                 session: Session) -> None:
+    """Both directions at once until one side's stream ends; then the other
+    is given ``CLOSE_GRACE`` seconds to finish its closing handshake."""
+    pumps = [asyncio.create_task(_pump(agent, origin, agent_early, session),
+                                 name="wiretape-ws-client"),
+             asyncio.create_task(_pump(origin, agent, origin_early, session),
+                                 name="wiretape-ws-server")]
+    try:
+        done, pending = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        first = next(iter(done))
+        ended = agent if first is pumps[0] else origin
+        other = origin if ended is agent else agent
+        closing = any(m.opcode is Opcode.CLOSE for m in session.messages)
+        if not closing and session.ending is Ending.COMPLETE:
+            # One end went away without a close handshake (RFC 6455 §7.1.5: 1006).
+            if ended is agent:
+                session.ending = Ending.CLIENT_GONE
+                session.error = (ended.failure or "the client closed its connection without "
+                                 "a WebSocket close handshake")
+                other.close(1001, "the client went away")
+            else:
+                session.ending = Ending.ORIGIN_RESET
+                session.error = (ended.failure or "the origin closed its connection without "
+                                 "a WebSocket close handshake")
+                other.close(1014, "wiretape: the origin went away")
+            await other.flush()
+        if pending:
+            await asyncio.wait(pending, timeout=CLOSE_GRACE)
+    except asyncio.CancelledError:
+        # wiretape is stopping: both ends are told so (RFC 6455 §7.4.1: 1001).
+        await going_away(agent, origin)
+        raise
+    finally:
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        await agent.hang_up()
+        await origin.hang_up()
+
+
+async def _pump(src: Peer, dst: Peer, early: bytes, session: Session) -> None:
+    """Read ``src`` to the end of its stream: relay each frame to ``dst``,
+    keep each whole message in ``session``."""
+    data = early
+    while True:
+        if not data:
+            data = await src.read()
+        received, frames = src.feed(data)
+        session.messages.extend(received.messages)
+        for frame in frames:
+            dst.relay(frame)
+        failure = src.failure
+        if failure is not None and session.ending is Ending.COMPLETE:
+            # The protocol failed the session on what ``src`` sent (it told
+            # ``src`` why with its close code); the other end is told too.
+            session.error = f"the {src.direction} sent what WebSocket forbids: {failure}"
+            session.ending = (Ending.CLIENT_GONE if src.direction == "client"
+                              else Ending.ORIGIN_RESET)
+            dst.close(1009 if src.too_big else 1002,
+                      f"wiretape: the {src.direction} broke the session")
+        if received.closed or failure is not None or not data:
+            await src.flush()  # the close echoed (and, as a server, the end of stream)
+        else:
+            src.discard_replies()  # pongs: the other end answers the relayed ping
+        await dst.flush()
+        if not data:
+            return
+        data = b""

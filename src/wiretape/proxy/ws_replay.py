@@ -1,0 +1,133 @@
+"""Replaying a WebSocket session: wiretape answers the upgrade with the
+recorded 101 itself (its ``Sec-WebSocket-Accept`` made for the live key)
+and plays the recorded messages (DESIGN.md, "WebSockets"); no origin is
+dialled.
+
+The recorded server messages that opened the session are sent at once;
+each live client message is decided by ``playback.messages`` and the server
+messages recorded after its counterpart are sent after it, paced as
+recorded (their offsets from that client message's) or at once (``fast``).
+A strict replay that meets a mismatch closes the session with 1008 and the
+reason (RFC 6455 §7.4.1), and the replay stops; a missing message (nothing
+recorded answers it) ends the session so in any mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from websockets.protocol import Side
+
+from wiretape.model import Exchange, Message, MessagesJSON, Opcode, Request
+from wiretape.playback.messages import SessionScript, Step
+from wiretape.playback.pacing import Pace
+from wiretape.proxy.http1 import ClientConnection, ClientGone
+from wiretape.proxy.websocket import Peer, accepted_headers, going_away
+
+#: Seconds a closing session waits for the client's end of stream.
+CLOSE_GRACE = 2.0
+
+#: Redacts a live client message as the recording was, given the recorded
+#: payload it is compared with (None: there is none).
+Redact = Callable[[bytes, bytes | None], bytes]
+
+
+def is_session(exchange: Exchange) -> bool:
+    """Whether ``exchange`` recorded a WebSocket session (a 101 answer)."""
+    return exchange.response is not None and exchange.response.status == 101
+
+
+async def play(conn: ClientConnection, request: Request, exchange: Exchange,
+               script: SessionScript, *, pace: Pace, redact: Redact,
+               on_stop: Callable[[Step], str]) -> MessagesJSON:
+    """Answer ``request`` with ``exchange``'s 101 and play ``script`` until
+    the client's stream ends; ``on_stop(step)`` is called at a strict
+    mismatch and gives the close reason. Returns the session's decisions
+    (also when this task is cancelled: ``script`` has them)."""
+    assert exchange.response is not None
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    try:
+        early = await conn.switch_protocols(exchange.response.reason,
+                                            accepted_headers(exchange.response.headers,
+                                                             request))
+    except ClientGone:
+        return script.result()
+    reader, writer = conn.streams
+    peer = Peer(reader, writer, Side.SERVER, "client", 0, conn.max_body)
+    queue: asyncio.Queue[tuple[tuple[int, ...], float]] = asyncio.Queue()
+    sender = asyncio.create_task(_send(peer, script, queue, pace),
+                                 name="wiretape-ws-replay-send")
+    queue.put_nowait((script.opening(), t0))
+    try:
+        data = early
+        while True:
+            if not data:
+                data = await peer.read()
+            received, _ = peer.feed(data)
+            for live in received.messages:
+                if live.opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CLOSE):
+                    continue  # pings are answered by the protocol itself
+                step = script.receive(_redacted(live, script, redact))
+                if step.end:
+                    reason = on_stop(step) if step.stop else (
+                        f"wiretape replay: client message {step.decision['index']} has no "
+                        "recorded counterpart (missing)")
+                    sender.cancel()
+                    peer.close(1008, reason)
+                    await peer.flush()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(CLOSE_GRACE):
+                            while await peer.read():
+                                pass
+                    return script.result()
+                if live.opcode is Opcode.CLOSE:
+                    # The protocol answered the close (RFC 6455 §5.5.1): that
+                    # is the recorded answer to it; nothing more can be sent.
+                    for index in step.send:
+                        if script.messages[index].opcode is Opcode.CLOSE:
+                            script.sent(index)
+                    continue
+                queue.put_nowait((step.send, loop.time()))
+            await peer.flush()
+            if not data:
+                return script.result()
+            data = b""
+    except asyncio.CancelledError:
+        await going_away(peer)
+        raise
+    finally:
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sender
+        await peer.hang_up()
+
+
+def _redacted(live: Message, script: SessionScript, redact: Redact) -> Message:
+    nxt = script.peek(live.opcode)
+    payload = redact(live.payload, script.messages[nxt].payload if nxt is not None else None)
+    return live if payload == live.payload else Message(
+        live.direction, live.opcode, payload, live.offset_ns, live.close_code)
+
+
+async def _send(peer: Peer, script: SessionScript,
+                queue: asyncio.Queue[tuple[tuple[int, ...], float]], pace: Pace) -> None:
+    """Send each batch of recorded server messages in order, paced from
+    the moment its client message arrived (``fast``: at once)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        batch, since = await queue.get()
+        for index in batch:
+            message = script.messages[index]
+            if pace is Pace.RECORDED:
+                anchor = script.anchor_offset(index)
+                delay = since + (message.offset_ns - anchor) / 1e9 - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            if not peer.send(message):
+                return
+            script.sent(index)
+            if not await peer.flush():
+                return

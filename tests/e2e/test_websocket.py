@@ -1,0 +1,366 @@
+"""WebSocket sessions end to end (DESIGN.md, "WebSockets"): a raw
+``websockets`` client in its own process speaks the Responses API over
+WebSocket to the fake provider through ``wiretape record``; the session is
+stored as its handshake and its messages, and ``wiretape replay`` serves it
+with the fake provider gone: exact, a changed message diverged with its JSON
+pointer, an extra message missing; an origin that refuses the upgrade and a
+client that drops without a close handshake are stored as what crossed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wiretape.model import Ending, Opcode
+from wiretape.store.runfile import open_run
+from wiretape.testing import FakeProvider, TextTurn, ToolCall, ToolCallTurn
+
+CLIENT = str(Path(__file__).resolve().parent / "clients_ws" / "ws_client.py")
+PROMPTS = ("add 2 and 3", "thanks")
+
+_SCRUB = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "HTTP_PROXY", "HTTPS_PROXY",
+          "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "WIRETAPE_HOME")
+
+
+KEY = "sk-proj-" + "wsTest0123456789" * 3
+
+
+def env(key: str = "sk-ws-test") -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    out.update(OPENAI_API_KEY=key, PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1")
+    return out
+
+
+def wiretape(*args: str, cwd: Path, timeout: float = 90,
+             key: str = "sk-ws-test") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=cwd, env=env(key),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def script() -> list[Any]:
+    return [ToolCallTurn([ToolCall("add", {"a": 2, "b": 3})]), TextTurn("The sum is 5.")]
+
+
+def record(base: Path, name: str, *client_args: str,
+           key: str = "sk-ws-test") -> tuple[Path, dict[str, Any]]:
+    with FakeProvider(script()) as fp:
+        done = wiretape("record", "-o", name, "--upstream", f"openai={fp.url}/v1", "--",
+                        sys.executable, CLIENT, *client_args, cwd=base, key=key)
+    assert done.returncode == 0, done.stderr
+    return base / name, seen(done.stdout)
+
+
+def seen(stdout: str) -> dict[str, Any]:
+    found = [line[3:] for line in stdout.splitlines() if line.startswith("WS ")]
+    assert len(found) == 1, stdout
+    return json.loads(found[0])
+
+
+def verdict_line(stderr: str) -> str:
+    found = [line for line in stderr.splitlines() if line.startswith("wiretape: verdict ")]
+    assert len(found) == 1, stderr
+    return found[0]
+
+
+def stored_verdict(run: Path) -> dict[str, Any]:
+    done = wiretape("verdict", str(run), "--json", cwd=run.parent)
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    return record(tmp_path_factory.mktemp("ws"), "ws.wtape", *PROMPTS)
+
+
+@pytest.fixture
+def run(recorded: tuple[Path, dict[str, Any]], tmp_path: Path) -> Path:
+    copy = tmp_path / "ws.wtape"
+    copy.write_bytes(recorded[0].read_bytes())
+    return copy
+
+
+def test_record_stores_the_handshake_and_every_message(recorded):
+    path, got = recorded
+    # the client saw the whole Responses stream of both turns, and a clean close
+    assert got["calls"] == [["add", '{"a": 2, "b": 3}']]
+    assert got["text"] == "The sum is 5."
+    assert got["types"].count("response.completed") == 2
+    assert got["close"] == [1000, "done"]
+    with open_run(path) as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.request.method == b"GET" and exchange.request.target == b"/v1/responses"
+    assert exchange.response is not None and exchange.response.status == 101
+    assert exchange.ending is Ending.COMPLETE
+    messages = exchange.messages
+    clients = [m for m in messages if m.direction == "client"]
+    assert [m.opcode for m in clients] == [Opcode.TEXT, Opcode.TEXT, Opcode.CLOSE]
+    assert json.loads(clients[0].payload)["input"][0]["content"] == "add 2 and 3"
+    assert (clients[2].close_code, clients[2].payload) == (1000, b"done")
+    servers = [m for m in messages if m.direction == "server"]
+    events = [json.loads(m.payload)["type"] for m in servers if m.opcode is Opcode.TEXT]
+    assert events == got["types"]
+    # what the client saw is stored verbatim, in order, with rising offsets
+    deltas = [json.loads(m.payload) for m in servers if m.opcode is Opcode.TEXT]
+    assert "".join(d["delta"] for d in deltas
+                   if d["type"] == "response.output_text.delta") == "The sum is 5."
+    assert messages[0] == clients[0]
+    offsets = [m.offset_ns for m in messages]
+    assert offsets == sorted(offsets) and offsets[0] > 0
+    assert servers[-1].opcode is Opcode.CLOSE
+    # show lists the session's messages briefly
+    shown = wiretape("show", str(path), cwd=path.parent)
+    assert shown.returncode == 0, shown.stderr
+    assert (f"exchange 0: WebSocket session, {len(messages)} messages (3 from the client, "
+            f"{len(servers)} from the server)") in shown.stdout
+    assert ('→ client text 103 B {"type": "response.create", "model": "gpt-test"'
+            in shown.stdout)
+    whole = wiretape("show", str(path), "--exchange", "0", cwd=path.parent)
+    assert f"#{len(messages) - 1} +" in whole.stdout and "← server close 1000 4 B done" \
+        in whole.stdout
+    # the key in the handshake is not stored; secrets never reach the disk
+    headers = {k.lower(): v for k, v in exchange.request.headers}
+    assert b"sk-ws-test" not in headers[b"authorization"]
+
+
+def test_replay_serves_the_session_exact_with_the_provider_gone(recorded, run, tmp_path):
+    done = wiretape("replay", str(run), "--json", "--", sys.executable, CLIENT, *PROMPTS,
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert seen(done.stdout) == recorded[1]
+    line = verdict_line(done.stderr)
+    assert line.startswith("wiretape: verdict PASS (strict)")
+    assert "messages: exact 3, diverged 0, missing 0, unused 0" in line
+    verdict = stored_verdict(run)
+    assert verdict["messages"] == {"exact": 3, "diverged": 0, "missing": 0, "unused": 0}
+    assert verdict["exact"] == 1 and verdict["pass"] is True
+    # the HTML report shows the session and the replay's message counts
+    page = tmp_path / "report.html"
+    done = wiretape("report", str(run), "-o", str(page), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    html = page.read_text()
+    assert "WebSocket session: 25 messages (3 from the client, 22 from the server)" in html
+    assert 'data-messages="3,0,0,0"' in html
+
+
+def test_a_changed_message_diverges_at_its_json_pointer(run, tmp_path):
+    done = wiretape("replay", str(run), "--", sys.executable, CLIENT, "add 2 and 3",
+                    "thank you", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    line = verdict_line(done.stderr)
+    assert line.startswith("wiretape: verdict FAIL (strict)")
+    assert "messages: exact 1, diverged 1, missing 0" in line
+    assert "stopped at diverged message 1 of the WebSocket session GET /v1/responses " \
+           "at /input/0/content" in line
+    assert 'text differs at /input/0/content: "thanks" -> "thank you"' in done.stderr
+    verdict = stored_verdict(run)
+    (row,) = verdict["requests"]
+    decisions = row["detail"]["messages"]["decisions"]
+    assert [d["kind"] for d in decisions] == ["exact", "diverged"]
+    spans = decisions[1]["explanation"]["spans"]
+    assert spans[0]["pointer"] == "/input/0/content"
+    assert (spans[0]["recorded"], spans[0]["live"]) == ("thanks", "thank you")
+    assert verdict["pass"] is False
+
+
+def test_a_message_the_recording_has_no_counterpart_for_is_missing(run, tmp_path):
+    done = wiretape("replay", str(run), "--diagnostic", "--", sys.executable, CLIENT,
+                    *PROMPTS, "and again", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    got = seen(done.stdout)
+    # the first two turns were served; the third ended the session with its reason
+    assert got["text"] == "The sum is 5."
+    assert got["close"] == [1008, "wiretape replay: client message 2 has no recorded "
+                                  "counterpart (missing)"]
+    line = verdict_line(done.stderr)
+    assert "messages: exact 2, diverged 0, missing 1, unused 2" in line
+    # the recorded closing handshake was never played (the session ended first): unused
+    (row,) = stored_verdict(run)["requests"]
+    with open_run(run) as rf:
+        (exchange,) = rf.exchanges()
+    unused = row["detail"]["messages"]["unused"]
+    assert [(exchange.messages[i].direction, exchange.messages[i].opcode) for i in unused] == [
+        ("client", Opcode.CLOSE), ("server", Opcode.CLOSE)]
+
+
+def test_an_origin_that_refuses_the_upgrade_is_relayed_and_recorded(tmp_path):
+    # The fake provider has no WebSocket route here: it answers 404.
+    path, got = record(tmp_path, "refused.wtape", "--path", "/chat/completions", "hi")
+    assert got["refused"] == 404
+    with open_run(path) as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.response is not None and exchange.response.status == 404
+    assert b"no route for GET" in exchange.response.body
+    assert exchange.messages == ()
+    done = wiretape("replay", str(path), "--", sys.executable, CLIENT, "--path",
+                    "/chat/completions", "hi", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert seen(done.stdout)["refused"] == 404
+    assert "messages:" not in verdict_line(done.stderr)
+
+
+def test_a_client_that_drops_without_a_close_keeps_what_was_exchanged(tmp_path):
+    path, got = record(tmp_path, "dropped.wtape", "--drop", "add 2 and 3")
+    assert got["calls"] == [["add", '{"a": 2, "b": 3}']]
+    with open_run(path) as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.response is not None and exchange.response.status == 101
+    assert exchange.ending is Ending.CLIENT_GONE
+    assert "without a WebSocket close handshake" in (exchange.error or "")
+    kinds = [(m.direction, m.opcode) for m in exchange.messages]
+    assert kinds[0] == ("client", Opcode.TEXT)
+    assert ("client", Opcode.CLOSE) not in kinds
+    events = [json.loads(m.payload)["type"] for m in exchange.messages
+              if m.direction == "server" and m.opcode is Opcode.TEXT]
+    assert events == got["types"]
+
+
+def test_a_secret_in_a_client_message_is_redacted_and_still_replays_exact(tmp_path):
+    path, got = record(tmp_path, "keyed.wtape", "--key-in-message", "add 2 and 3", key=KEY)
+    assert got["calls"] == [["add", '{"a": 2, "b": 3}']]
+    with open_run(path) as rf:
+        (exchange,) = rf.exchanges()
+        facts = rf.redactions()
+    first = exchange.messages[0]
+    assert first.direction == "client"
+    assert KEY.encode() not in first.payload
+    secret = json.loads(first.payload)["client_secret"]
+    assert secret != KEY and len(secret) == len(KEY)
+    assert any(seq == 0 and f.location == "client-message" for seq, f in facts)
+    assert all(KEY.encode() not in m.payload for m in exchange.messages)
+    done = wiretape("replay", str(path), "--", sys.executable, CLIENT, "--key-in-message",
+                    "add 2 and 3", cwd=tmp_path, key=KEY)
+    assert done.returncode == 0, done.stderr
+    assert "messages: exact 2, diverged 0, missing 0, unused 0" in verdict_line(done.stderr)
+
+
+def test_a_message_over_the_cap_closes_the_session_with_1009_and_keeps_the_rest(tmp_path):
+    with FakeProvider(script()) as fp:
+        done = wiretape("record", "-o", "big.wtape", "--max-body", "2000", "--upstream",
+                        f"openai={fp.url}/v1", "--", sys.executable, CLIENT, "add 2 and 3",
+                        "x" * 3000, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = seen(done.stdout)
+    # the first turn went through; the oversized message closed the session
+    assert got["calls"] == [["add", '{"a": 2, "b": 3}']]
+    assert got["close"][0] == 1009
+    with open_run(tmp_path / "big.wtape") as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.ending is Ending.CLIENT_GONE
+    assert "the client sent what WebSocket forbids: PayloadTooBig" in (exchange.error or "")
+    clients = [m for m in exchange.messages if m.direction == "client"]
+    assert len(clients) == 1 and b"add 2 and 3" in clients[0].payload
+    assert "\n" not in (exchange.error or "")
+
+
+@pytest.fixture(scope="module")
+def upstream_ca(tmp_path_factory: pytest.TempPathFactory):
+    """A CA standing in for the public roots that sign the real providers."""
+    from wiretape.intercept.ca import RunCA
+
+    ca = RunCA.create(common_name="wiretape tests: upstream CA")
+    pem = tmp_path_factory.mktemp("upstream-ca") / "upstream-ca.pem"
+    pem.write_bytes(ca.cert_pem)
+    yield ca, pem
+    ca.close()
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])
+def test_an_https_upstream_is_reached_over_wss_with_its_certificate_verified(
+        upstream_ca, tmp_path, trusted):
+    ca, pem = upstream_ca
+    host = "ws.provider.test"
+    trust = ["--upstream-ca", str(pem)] if trusted else []
+    with FakeProvider(script(), ssl_context=ca.server_context(host)) as fp:
+        done = wiretape("record", "-o", "wss.wtape", *trust, "--resolve",
+                        f"{host}=127.0.0.1:{fp.port}", "--upstream", f"openai=https://{host}/v1",
+                        "--", sys.executable, CLIENT, "add 2 and 3", cwd=tmp_path)
+        asked = len(fp.requests)
+    assert done.returncode == 0, done.stderr
+    got = seen(done.stdout)
+    with open_run(tmp_path / "wss.wtape") as rf:
+        (exchange,) = rf.exchanges()
+    if trusted:
+        assert got["calls"] == [["add", '{"a": 2, "b": 3}']] and asked == 1
+        assert exchange.response is not None and exchange.response.status == 101
+        assert exchange.ending is Ending.COMPLETE and len(exchange.messages) > 2
+    else:
+        # the certificate is refused as for HTTP: a 502 named, nothing reached the origin
+        assert got["refused"] == 502 and asked == 0
+        assert exchange.ending is Ending.ORIGIN_UNREACHABLE
+        assert "CERTIFICATE_VERIFY_FAILED" in (exchange.error or "")
+
+
+def test_a_session_inside_an_intercepted_tunnel_records_and_replays(upstream_ca, tmp_path):
+    """The client keeps its own origin (wss://api.openai.com) and reaches it
+    through wiretape as an HTTPS proxy (``--intercept``)."""
+    ca, pem = upstream_ca
+    host = "api.openai.com"
+    base = {k: v for k, v in env().items() if k != "OPENAI_BASE_URL"}
+    command = ["sh", "-c", f"OPENAI_BASE_URL=https://{host}/v1 exec {sys.executable} {CLIENT} "
+                           "'add 2 and 3'"]
+    with FakeProvider(script(), ssl_context=ca.server_context(host)) as fp:
+        rec = subprocess.run(
+            [sys.executable, "-m", "wiretape", "record", "--intercept", "-o", "i.wtape",
+             "--no-snapshot", "--upstream-ca", str(pem), "--resolve",
+             f"{host}=127.0.0.1:{fp.port}", "--", *command],
+            cwd=tmp_path, env=base, capture_output=True, text=True, timeout=90)
+    assert rec.returncode == 0, rec.stderr
+    assert seen(rec.stdout)["calls"] == [["add", '{"a": 2, "b": 3}']]
+    with open_run(tmp_path / "i.wtape") as rf:
+        (exchange,) = rf.exchanges()
+        assert host in rf.info().intercept
+    assert exchange.response is not None and exchange.response.status == 101
+    assert [m.opcode for m in exchange.messages if m.direction == "client"] == [
+        Opcode.TEXT, Opcode.CLOSE]
+    rep = subprocess.run([sys.executable, "-m", "wiretape", "replay", "i.wtape", "--", *command],
+                         cwd=tmp_path, env=base, capture_output=True, text=True, timeout=90)
+    assert rep.returncode == 0, rep.stderr
+    assert seen(rep.stdout) == seen(rec.stdout)
+    assert "messages: exact 2, diverged 0, missing 0, unused 0" in verdict_line(rep.stderr)
+
+
+REALTIME = str(Path(__file__).resolve().parent / "clients_ws" / "realtime_client.py")
+
+
+def realtime_seen(stdout: str) -> dict[str, Any]:
+    found = [line[3:] for line in stdout.splitlines() if line.startswith("RT ")]
+    assert len(found) == 1, stdout
+    return json.loads(found[0])
+
+
+def test_the_openai_sdk_realtime_client_records_and_replays_a_function_call_session(tmp_path):
+    with FakeProvider(script()) as fp:
+        rec = wiretape("record", "-o", "rt.wtape", "--upstream", f"openai={fp.url}/v1", "--",
+                       sys.executable, REALTIME, "add 2 and 3", cwd=tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    got = realtime_seen(rec.stdout)
+    assert got["calls"] == [["add", '{"a": 2, "b": 3}']] and got["text"] == "The sum is 5."
+    assert got["types"][0] == "session.created" and got["types"].count("response.done") == 2
+    run = tmp_path / "rt.wtape"
+    with open_run(run) as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.request.target == b"/v1/realtime?model=gpt-realtime"
+    sent = [json.loads(m.payload)["type"] for m in exchange.messages
+            if m.direction == "client" and m.opcode is Opcode.TEXT]
+    assert sent == ["session.update", "conversation.item.create", "response.create",
+                    "conversation.item.create", "response.create"]
+    # the provider is gone: the session is served from the run, exact
+    rep = wiretape("replay", str(run), "--", sys.executable, REALTIME, "add 2 and 3",
+                   cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    assert realtime_seen(rep.stdout) == got
+    assert "messages: exact 6, diverged 0, missing 0, unused 0" in verdict_line(rep.stderr)
+    # a changed prompt diverges at its pointer inside the conversation item
+    changed = wiretape("replay", str(run), "--", sys.executable, REALTIME, "add 2 and 4",
+                       cwd=tmp_path)
+    assert changed.returncode == 3, changed.stderr
+    line = verdict_line(changed.stderr)
+    assert "messages: exact 1, diverged 1" in line
+    assert "at /item/content/0/text" in line
