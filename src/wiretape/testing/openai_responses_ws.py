@@ -9,6 +9,14 @@ the events its SSE stream would carry for the next turn of the script
 type, or one the script cannot answer, gets an ``{"type": "error"}``
 event. Frames are the ``websockets`` library's sans-I/O protocol's.
 
+As the service does for Codex (``openai/codex``, codex-rs
+``core/src/client.rs``: ``prewarm_websocket``, ``prepare_websocket_request``):
+a ``response.create`` with ``"generate": false`` is a warm-up, answered
+``response.created`` and ``response.completed`` with no output and no turn
+of the script used; a ``previous_response_id`` must name a response this
+session gave (else the ``previous_response_not_found`` error), and the
+``input`` then holds only the items after that response's.
+
 ``GET .../realtime`` opens a Realtime API session instead
 (``openai_realtime``). It must not know about recording or replay.
 """
@@ -25,7 +33,7 @@ from websockets.utils import accept_key
 
 from wiretape.testing.openai_realtime import RealtimeSession, is_realtime
 from wiretape.testing.playbook import ReceivedRequest
-from wiretape.testing.wire import Reply
+from wiretape.testing.wire import CREATED, Reply
 
 #: What a session asks of the playbook: (method, target, headers, body) to the reply.
 Answer = Callable[[str, str, tuple[tuple[bytes, bytes], ...], bytes],
@@ -79,11 +87,12 @@ async def serve_session(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     proto = Protocol(Side.SERVER, state=State.OPEN, max_size=None)
     path = target.split("?", 1)[0]
     realtime = RealtimeSession(target, headers, answer) if is_realtime(target) else None
+    given: set[str] = set()  # the response ids this session gave
 
     def respond(text: bytes) -> list[bytes]:
         if realtime is not None:
             return realtime.receive(text)
-        return _answer_event(text, path, headers, answer)
+        return _answer_event(text, path, headers, answer, given)
 
     if realtime is not None:
         for out in realtime.opening():
@@ -120,22 +129,55 @@ async def serve_session(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         data = b""
 
 
+def _error(status: int, message: str, kind: str = "invalid_request_error",
+           code: str | None = None) -> bytes:
+    error: dict[str, object] = {"message": message, "type": kind}
+    if code is not None:
+        error["code"] = code
+    return json.dumps({"type": "error", "status": status, "error": error},
+                      separators=(",", ":")).encode("utf-8")
+
+
 def _answer_event(text: bytes, path: str, headers: tuple[tuple[bytes, bytes], ...],
-                  answer: Answer) -> list[bytes]:
+                  answer: Answer, given: set[str]) -> list[bytes]:
     try:
         event = json.loads(text)
     except ValueError:
         event = None
     if not isinstance(event, dict) or event.get("type") != "response.create":
         kind = event.get("type") if isinstance(event, dict) else None
-        message = (f"wiretape fake provider: expected a response.create event, got "
-                   f"{kind if isinstance(kind, str) else 'something else'}")
-        return [json.dumps({"type": "error", "status": 400,
-                            "error": {"message": message, "type": "invalid_request_error"}},
-                           separators=(",", ":")).encode("utf-8")]
+        return [_error(400, "wiretape fake provider: expected a response.create event, got "
+                            f"{kind if isinstance(kind, str) else 'something else'}")]
     inner = event.get("response")
     body = dict(inner) if isinstance(inner, dict) else {
         k: v for k, v in event.items() if k != "type"}
+    previous = body.get("previous_response_id")
+    if previous is not None and previous not in given:
+        return [_error(400, f"Previous response with id '{previous}' not found.",
+                       code="previous_response_not_found")]
+    if body.get("generate") is False:
+        return _warm_up(body, given)
     body["stream"] = True
     _, reply = answer("POST", path, headers, json.dumps(body).encode("utf-8"))
-    return _events(reply)
+    events = _events(reply)
+    for raw in events:
+        done = json.loads(raw)
+        if done.get("type") == "response.completed":
+            given.add(done["response"]["id"])
+    return events
+
+
+def _warm_up(body: dict[str, object], given: set[str]) -> list[bytes]:
+    """``response.created`` and ``response.completed`` of a response with no
+    output (``generate: false``), its id ``resp_fake_warmup_N``."""
+    rid = f"resp_fake_warmup_{len(given) + 1}"
+    given.add(rid)
+    response = {"id": rid, "object": "response", "created_at": CREATED, "status": "completed",
+                "model": body.get("model"), "output": [],
+                "previous_response_id": body.get("previous_response_id"),
+                "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}}
+    return [json.dumps({"type": name, "sequence_number": seq,
+                        "response": {**response, "status": status}},
+                       separators=(",", ":")).encode("utf-8")
+            for seq, (name, status) in enumerate((("response.created", "in_progress"),
+                                                  ("response.completed", "completed")))]
