@@ -419,15 +419,22 @@ class MessageDecisionJSON(TypedDict):
     """How one live client message of a replayed WebSocket session was
     decided: ``index`` counts the live client messages from 0, ``recorded``
     is the recorded message's index among the session's messages (None:
-    missing), ``kind`` exact, diverged or missing; a diverged one has the
-    explanation of its payload's difference."""
+    missing), ``kind`` as a request's (ReplayKind); a diverged or
+    substituted one has the explanation of its payload's difference, an
+    equivalent one (or one diverged for want of an allowance) the learned
+    correspondences it needed, as a request's detail has them."""
 
     index: int
-    kind: Literal["exact", "diverged", "missing"]
+    kind: ReplayKind
     recorded: int | None
     opcode: str
     size: int
     explanation: NotRequired[ExplanationJSON]
+    #: the declared substitutions that fired, ``[OLD, NEW, times]``
+    substitutions: NotRequired[list[list[str | int]]]
+    learned: NotRequired[list[LearnedJSON]]
+    not_allowed: NotRequired[list[str]]
+    unexplained: NotRequired[str]
 
 
 class MessagesJSON(TypedDict):

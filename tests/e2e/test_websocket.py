@@ -138,7 +138,8 @@ def test_replay_serves_the_session_exact_with_the_provider_gone(recorded, run, t
     assert line.startswith("wiretape: verdict PASS (strict)")
     assert "messages: exact 3, diverged 0, missing 0, unused 0" in line
     verdict = stored_verdict(run)
-    assert verdict["messages"] == {"exact": 3, "diverged": 0, "missing": 0, "unused": 0}
+    assert verdict["messages"] == {"exact": 3, "substituted": 0, "equivalent": 0, "diverged": 0,
+                                   "missing": 0, "unused": 0}
     assert verdict["exact"] == 1 and verdict["pass"] is True
     # the HTML report shows the session and the replay's message counts
     page = tmp_path / "report.html"
@@ -364,3 +365,54 @@ def test_the_openai_sdk_realtime_client_records_and_replays_a_function_call_sess
     line = verdict_line(changed.stderr)
     assert "messages: exact 1, diverged 1" in line
     assert "at /item/content/0/text" in line
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A session whose every message carries ids and a clock reading of its run's own."""
+    return record(tmp_path_factory.mktemp("ws-fresh"), "fresh.wtape", "--fresh", *PROMPTS)
+
+
+def test_fresh_ids_and_clock_readings_pass_strict_with_their_allowances(fresh, tmp_path):
+    copy = tmp_path / "fresh.wtape"
+    copy.write_bytes(fresh[0].read_bytes())
+    done = wiretape("replay", str(copy), "--allow", "ids,clock", "--", sys.executable, CLIENT,
+                    "--fresh", *PROMPTS, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert seen(done.stdout) == fresh[1]
+    line = verdict_line(done.stderr)
+    assert line.startswith("wiretape: verdict PASS (strict)")
+    # the two response.create events are equivalent; the close is exact
+    assert "messages: exact 1, equivalent 2, diverged 0, missing 0, unused 0" in line
+    verdict = stored_verdict(copy)
+    assert verdict["messages"] == {"exact": 1, "substituted": 0, "equivalent": 2,
+                                   "diverged": 0, "missing": 0, "unused": 0}
+    (row,) = verdict["requests"]
+    decisions = row["detail"]["messages"]["decisions"]
+    assert [d["kind"] for d in decisions] == ["equivalent", "equivalent", "exact"]
+    rules = {e["rule"]: e for e in verdict["rules"]}
+    assert set(rules) == {"ids", "clock"}
+    # session_id met once and held: the second message maps it the same way
+    assert rules["ids"]["pointers"] == ["/metadata/session_id", "/metadata/request_id"]
+    assert rules["ids"]["count"] == 4 and rules["clock"]["pointers"] == ["/metadata/sent_at"]
+    assert "learned correspondences (allowed: clock, ids):" in done.stderr
+    assert "client message 1 (text, 267 B): equivalent (recorded message 10)" in done.stderr
+
+
+def test_fresh_ids_diverge_without_the_allowances_naming_the_pointer(fresh, tmp_path):
+    copy = tmp_path / "fresh.wtape"
+    copy.write_bytes(fresh[0].read_bytes())
+    done = wiretape("replay", str(copy), "--", sys.executable, CLIENT, "--fresh", *PROMPTS,
+                    cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    line = verdict_line(done.stderr)
+    assert line.startswith("wiretape: verdict FAIL (strict)")
+    assert "messages: exact 0, diverged 1, missing 0" in line
+    assert "stopped at diverged message 0 of the WebSocket session GET /v1/responses " \
+           "at /metadata/session_id" in line
+    assert "equal up to clock,ids (not allowed; --allow clock,ids accepts it):" in done.stderr
+    (row,) = stored_verdict(copy)["requests"]
+    (decision,) = row["detail"]["messages"]["decisions"]
+    assert decision["not_allowed"] == ["clock", "ids"]
+    pointers = [span["pointer"] for span in decision["explanation"]["spans"]]
+    assert pointers[0] == "/metadata/session_id" and "/metadata/sent_at" in pointers

@@ -298,10 +298,12 @@ def replays(verdicts: Sequence[Verdict]) -> str:
             f"<th>missing</th><th>unused</th></tr></thead><tbody><tr>{counts}</tr></tbody></table>"
             f'<div class="muted">outcome: {_e(outcome or "not compared")}</div>')
         if v.messages is not None:
-            exact, diverged, missing, unused = v.messages
-            out.append(f'<div class="muted" data-messages="{exact},{diverged},{missing},'
-                       f'{unused}">WebSocket messages: exact {exact}, diverged {diverged}, '
-                       f"missing {missing}, unused {unused}</div>")
+            m = v.messages
+            out.append(f'<div class="muted" data-messages="{m.exact},{m.diverged},{m.missing},'
+                       f'{m.unused}" data-messages-substituted="{m.substituted}" '
+                       f'data-messages-equivalent="{m.equivalent}">WebSocket messages: exact '
+                       f"{m.exact}, substituted {m.substituted}, equivalent {m.equivalent}, "
+                       f"diverged {m.diverged}, missing {m.missing}, unused {m.unused}</div>")
         out.extend(_divergence(r) for r in v.requests if r.get("kind") != "exact")
         out.extend(_message_divergences(r) for r in v.requests
                    if r.get("kind") == "exact" and "messages" in (r.get("detail") or {}))

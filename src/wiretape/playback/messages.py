@@ -6,23 +6,32 @@ The recorded session is read as turns: the server messages before the
 first client message open it; each client message is followed by the
 server messages recorded after it, up to the next client message. Live
 data messages (text, binary) are matched in order against the recorded
-ones, and a live close against the recorded close: exact when opcode,
-payload (and a close's code) are equal, else diverged with the explanation
-of how the payloads differ (``matching.explain``: a JSON pointer inside a
-JSON message). A live client message with no recorded one left is
-missing: nothing was recorded to answer it, so the session ends there.
-Pings and pongs are the connection's liveness, answered by the protocol on
-each side: they are neither matched nor sent.
+ones, and a live close against the recorded close, by the rules of a
+request's body (``playback.decide``): exact when opcode, payload (and a
+close's code) are equal; substituted when the replay's declared
+substitutions make the payloads equal; equivalent when they differ only by
+learned correspondences (``matching.correspond``: ids, clock, key order,
+durations) the replay allows, learned from and held to in the replay's
+shared :class:`Knowledge` (what its HTTP exchanges learned too); else
+diverged, with the explanation of how the payloads differ
+(``matching.explain``: a JSON pointer inside a JSON message) and the rules
+that would have made it equivalent but are not allowed. A live client
+message with no recorded one left is missing: nothing was recorded to
+answer it, so the session ends there. Pings and pongs are the connection's
+liveness, answered by the protocol on each side: they are neither matched
+nor sent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
-from wiretape.matching import explain
+from wiretape.matching import correspond, explain
+from wiretape.matching.correspond import Learned
 from wiretape.model import Message, MessageDecisionJSON, MessagesJSON, Opcode, Request
-from wiretape.playback.decide import Mode
+from wiretape.playback.decide import Mode, Policy, apply_substitutions
 
 #: The opcodes a session's content is made of.
 CONTENT = frozenset({Opcode.TEXT, Opcode.BINARY, Opcode.CLOSE})
@@ -44,13 +53,45 @@ class Step:
         return self.stop or self.decision["kind"] == "missing"
 
 
+class Knowledge(Protocol):
+    """What a replay has learned (the identifier bijection, the clock shift),
+    shared by its exchanges and sessions: read before a comparison, held
+    after one that corresponds."""
+
+    def learned(self) -> Learned:
+        """The state to compare from (not changed by the comparison)."""
+        ...
+
+    def hold(self, learned: Learned) -> None:
+        """Keep ``learned`` from now on."""
+        ...
+
+
+class OwnKnowledge:
+    """A session's own learning, for a session replayed on its own."""
+
+    def __init__(self, learned: Learned | None = None) -> None:
+        self.state = learned or Learned()
+
+    def learned(self) -> Learned:
+        return self.state
+
+    def hold(self, learned: Learned) -> None:
+        self.state = learned
+
+
 class SessionScript:
     """The recorded ``messages`` of one session and what is left of them.
-    ``mode`` is the replay's (strict: a mismatch stops)."""
+    ``policy`` is the replay's (its mode: strict, a mismatch stops; its
+    allowances and declared substitutions), ``knowledge`` what the replay
+    has learned (a session's own when None)."""
 
-    def __init__(self, messages: Sequence[Message], mode: Mode = Mode.STRICT) -> None:
+    def __init__(self, messages: Sequence[Message], policy: Policy | None = None,
+                 knowledge: Knowledge | None = None) -> None:
         self.messages = tuple(messages)
-        self._mode = mode
+        self._policy = policy or Policy()
+        self._mode = self._policy.mode
+        self._knowledge = knowledge or OwnKnowledge(Learned(self._policy.clock_tolerance_s))
         content = [i for i, m in enumerate(self.messages) if m.opcode in CONTENT]
         clients = [i for i in content if self.messages[i].direction == "client"]
         #: the recorded client data messages, in order, and the client's close
@@ -106,16 +147,79 @@ class SessionScript:
             self._next += 1
         self.used.add(at)
         recorded = self.messages[at]
-        same = (recorded.opcode is live.opcode and recorded.payload == live.payload
-                and recorded.close_code == live.close_code)
-        decision = {"index": index, "kind": "exact" if same else "diverged", "recorded": at,
+        decision = {"index": index, "kind": "exact", "recorded": at,
                     "opcode": live.opcode.value, "size": len(live.payload)}
-        if not same:
-            decision["explanation"] = explain(_as_request(recorded),
-                                              _as_request(live)).to_json()
+        if (recorded.opcode is not live.opcode or recorded.payload != live.payload
+                or recorded.close_code != live.close_code):
+            self._judge(recorded, live, decision)
         self.decisions.append(decision)
-        stop = not same and self._mode is Mode.STRICT
+        kind = decision["kind"]
+        stop = self._mode is Mode.STRICT and (
+            kind == "diverged"
+            or (kind == "substituted" and not self._policy.allow_substitutions))
         return Step(decision, () if stop else tuple(self._after[at]), stop)
+
+    def is_exact(self, live: Message) -> bool:
+        """Whether ``live`` equals the recorded message it will be compared
+        with byte for byte (nothing to learn or hold)."""
+        at = self.peek(live.opcode)
+        if at is None:
+            return False
+        recorded = self.messages[at]
+        return (recorded.opcode is live.opcode and recorded.payload == live.payload
+                and recorded.close_code == live.close_code)
+
+    def _judge(self, recorded: Message, live: Message, decision: MessageDecisionJSON) -> None:
+        """Decide a live message that is not byte for byte its recording:
+        substituted, equivalent or diverged, as a request's body is
+        (``playback.decide.decide``); fills ``decision`` in."""
+        policy = self._policy
+        rec_req, live_req = _as_request(recorded), _as_request(live)
+        same_kind = (recorded.opcode is live.opcode and recorded.close_code == live.close_code
+                     and live.opcode is not Opcode.BINARY)
+        fired: tuple[tuple[str, str, int], ...] = ()
+        if same_kind and policy.substitutions:
+            replaced, fired = apply_substitutions(live_req, policy.substitutions)
+            if fired:
+                decision["substitutions"] = [list(f) for f in fired]
+                if replaced.body == rec_req.body:
+                    decision["kind"] = "substituted"
+                    decision["explanation"] = explain(rec_req, live_req).to_json()
+                    return
+                live_req = replaced
+        decision["kind"] = "equivalent" if same_kind and self._corresponds(
+            rec_req.body, live_req.body, decision, substituted=bool(fired)) else "diverged"
+        if decision["kind"] == "diverged":
+            decision["explanation"] = explain(rec_req, _as_request(live)).to_json()
+
+    def _corresponds(self, recorded: bytes, live: bytes, decision: MessageDecisionJSON, *,
+                     substituted: bool) -> bool:
+        """Whether the payloads differ only by learned correspondences the
+        replay allows (their summary, or what was not allowed, noted in
+        ``decision``); what a served message needed is held from now on."""
+        policy = self._policy
+        try:
+            rec_text, live_text = recorded.decode("utf-8"), live.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        found = correspond.compare(rec_text, live_text, self._knowledge.learned())
+        if found.equivalent and not found.fired:
+            # Equal values in other bytes: no rule explains that (as a request).
+            found.problem = "the JSON values are equal but their bytes are not"
+        if not found.equivalent:
+            if found.problem is not None:
+                decision["unexplained"] = found.problem
+            return False
+        needed = sorted(rule.value for rule in found.rules)
+        not_allowed = [r for r in needed if r not in policy.allow]
+        if substituted and not policy.allow_substitutions:
+            not_allowed.insert(0, "paths")
+        decision["learned"] = found.summary()
+        if not_allowed:
+            decision["not_allowed"] = not_allowed
+        if not not_allowed or self._mode is Mode.DIAGNOSTIC:
+            self._knowledge.hold(found.learned)
+        return not not_allowed
 
     def sent(self, index: int) -> None:
         """Note that recorded server message ``index`` reached the client."""
@@ -137,13 +241,24 @@ def _as_request(message: Message) -> Request:
     return Request(b"WEBSOCKET", message.opcode.value.encode(), (), body)
 
 
-def counts(results: Sequence[MessagesJSON]) -> tuple[int, int, int, int]:
-    """(exact, diverged, missing, unused) over sessions' results."""
-    exact = diverged = missing = unused = 0
+class MessageCounts(NamedTuple):
+    """The live client messages of replayed sessions by kind, and the
+    recorded content messages unused."""
+
+    exact: int = 0
+    substituted: int = 0
+    equivalent: int = 0
+    diverged: int = 0
+    missing: int = 0
+    unused: int = 0
+
+
+def counts(results: Sequence[MessagesJSON]) -> MessageCounts:
+    """The decisions of sessions' results, counted by kind, and their unused."""
+    kinds = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
+    unused = 0
     for result in results:
         for d in result["decisions"]:
-            exact += d["kind"] == "exact"
-            diverged += d["kind"] == "diverged"
-            missing += d["kind"] == "missing"
+            kinds[d["kind"]] += 1
         unused += len(result["unused"])
-    return exact, diverged, missing, unused
+    return MessageCounts(**kinds, unused=unused)

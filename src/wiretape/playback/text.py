@@ -61,17 +61,23 @@ def verdict_line(v: Verdict) -> str:
 
 
 def _messages_part(v: Verdict) -> str:
-    """``; messages: exact N, ...`` when WebSocket sessions were replayed."""
-    if v.messages is None:
+    """``; messages: exact N, ...`` when WebSocket sessions were replayed
+    (substituted when any was; equivalent when any was or rules are allowed,
+    as the requests' counts)."""
+    m = v.messages
+    if m is None:
         return ""
-    exact, diverged, missing, unused = v.messages
-    return (f"; messages: exact {exact}, diverged {diverged}, missing {missing}, "
-            f"unused {unused}")
+    substituted = f"substituted {m.substituted}, " if m.substituted else ""
+    equivalent = f"equivalent {m.equivalent}, " if m.equivalent or v.allow else ""
+    return (f"; messages: exact {m.exact}, {substituted}{equivalent}diverged {m.diverged}, "
+            f"missing {m.missing}, unused {m.unused}")
 
 
-def _message_lines(detail: RequestDetail, style: Style) -> list[str]:
-    """Each WebSocket message of a session that was not exact, and the
-    recorded messages never used."""
+def _message_lines(detail: RequestDetail, style: Style, allow: tuple[str, ...] = ()
+                   ) -> list[str]:
+    """Each WebSocket message of a session that was not exact (with the
+    learned rules it needed, allowed or not), and the recorded messages
+    never used."""
     session = detail.get("messages")
     if session is None:
         return []
@@ -83,6 +89,17 @@ def _message_lines(detail: RequestDetail, style: Style) -> list[str]:
                  else "no recorded counterpart")
         lines.append(style(f"  client message {d['index']} ({d['opcode']}, {d['size']} B): "
                            f"{d['kind']} ({where})", fg=_KIND_COLOUR.get(d["kind"]), bold=True))
+        for old, new, count in d.get("substitutions", []):
+            lines.append(f"    substitution {old!r} -> {new!r} fired {count} time(s)")
+        if d.get("not_allowed"):
+            needed = ",".join(d.get("not_allowed", []))
+            every = ",".join(sorted({*allow, *d.get("not_allowed", [])}))
+            lines.append(f"    equal up to {needed} (not allowed; --allow {every} accepts it):")
+            lines.extend(learned_lines(d.get("learned", []), "      "))
+        elif d["kind"] == "equivalent":
+            lines.extend(learned_lines(d.get("learned", []), "    "))
+        if d.get("unexplained") and allow:
+            lines.append(f"    no learned rule explains {d.get('unexplained')}")
         if "explanation" in d:
             lines.extend("  " + line for line in explanation_lines(d["explanation"], style))
     if session["unused"]:
@@ -209,7 +226,7 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
     for row in v.requests:
         kind = row["kind"]
         if kind == "exact":
-            messages = _message_lines(row.get("detail", {}), style)
+            messages = _message_lines(row.get("detail", {}), style, v.allow)
             if messages:
                 lines.append(style(f"request {row['index']} {row['method']} {row['target']}: "
                                    f"exact, its WebSocket session:", bold=True))

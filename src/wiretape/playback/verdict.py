@@ -15,6 +15,7 @@ from wiretape.errors import EXIT_PASS as EXIT_PASS
 from wiretape.errors import EXIT_USAGE as EXIT_USAGE
 from wiretape.model import LearnedJSON, Outcome, ReplayRow, facets
 from wiretape.playback import text
+from wiretape.playback.messages import MessageCounts
 from wiretape.playback.messages import counts as message_counts
 
 #: Pointers and examples a verdict keeps per learned rule.
@@ -45,6 +46,8 @@ class MessageCountsJSON(TypedDict):
     """The WebSocket messages of the replayed sessions, counted."""
 
     exact: int
+    substituted: int
+    equivalent: int
     diverged: int
     missing: int
     unused: int
@@ -110,15 +113,18 @@ class Verdict:
     equivalent: int = 0
     #: the learned correspondences the replay accepted (``ids``, ``clock``, ...)
     allow: tuple[str, ...] = ()
-    #: the WebSocket messages of the sessions replayed (exact, diverged,
-    #: missing, unused; playback.messages); None when no session was played
-    messages: tuple[int, int, int, int] | None = None
+    #: the WebSocket messages of the sessions replayed, counted by kind
+    #: (playback.messages); None when no session was played
+    messages: MessageCounts | None = None
 
     @property
     def messages_pass(self) -> bool:
         """Every recorded message of every session played was matched
-        exactly or sent, and no live message was left without one."""
-        return self.messages is None or self.messages[1:] == (0, 0, 0)
+        (exactly, up to allowed learned rules, or substituted when that is
+        allowed) or sent, and no live message was left without one."""
+        m = self.messages
+        return m is None or (m.diverged == m.missing == m.unused == 0
+                             and (self.allow_substitutions or m.substituted == 0))
 
     @property
     def reused(self) -> int:
@@ -132,21 +138,27 @@ class Verdict:
 
     @property
     def rules(self) -> list[LearnedJSON]:
-        """Every learned rule that fired in an equivalent request, merged:
-        count summed, the first pointers and examples, the last clock shift."""
+        """Every learned rule that fired in an equivalent request or
+        WebSocket message, merged: count summed, the first pointers and
+        examples, the last clock shift."""
         merged: dict[str, LearnedJSON] = {}
+        found: list[LearnedJSON] = []
         for row in self.requests:
-            if row["kind"] != "equivalent":
-                continue
-            for entry in row.get("detail", {}).get("learned", []):
-                into = merged.setdefault(entry["rule"], {
-                    "rule": entry["rule"], "count": 0, "pointers": [], "examples": []})
-                into["count"] += entry["count"]
-                into["pointers"] = list(dict.fromkeys(
-                    [*into["pointers"], *entry["pointers"]]))[:_MAX_POINTERS]
-                into["examples"] = [*into["examples"], *entry["examples"]][:_MAX_EXAMPLES]
-                if "shift_s" in entry:
-                    into["shift_s"] = entry["shift_s"]
+            detail = row.get("detail", {})
+            if row["kind"] == "equivalent":
+                found.extend(detail.get("learned", []))
+            for d in detail.get("messages", {}).get("decisions", []):
+                if d["kind"] == "equivalent":
+                    found.extend(d.get("learned", []))
+        for entry in found:
+            into = merged.setdefault(entry["rule"], {
+                "rule": entry["rule"], "count": 0, "pointers": [], "examples": []})
+            into["count"] += entry["count"]
+            into["pointers"] = list(dict.fromkeys(
+                [*into["pointers"], *entry["pointers"]]))[:_MAX_POINTERS]
+            into["examples"] = [*into["examples"], *entry["examples"]][:_MAX_EXAMPLES]
+            if "shift_s" in entry:
+                into["shift_s"] = entry["shift_s"]
         order = ("ids", "clock", "key-order", "durations")
         return sorted(merged.values(),
                       key=lambda e: order.index(e["rule"]) if e["rule"] in order else 99)
@@ -191,9 +203,10 @@ class Verdict:
     def to_json(self) -> VerdictJSON:
         out = self._to_json()
         if self.messages is not None:
-            exact, diverged, missing, unused = self.messages
-            out["messages"] = {"exact": exact, "diverged": diverged, "missing": missing,
-                               "unused": unused}
+            m = self.messages
+            out["messages"] = {"exact": m.exact, "substituted": m.substituted,
+                               "equivalent": m.equivalent, "diverged": m.diverged,
+                               "missing": m.missing, "unused": m.unused}
         return out
 
     def _to_json(self) -> VerdictJSON:

@@ -138,6 +138,9 @@ class Replayer:
         self._run = run
         self._tape = Tape.of(exchanges)
         self._responses = tuple(e.response for e in exchanges if e.response is not None)
+        #: what the recorded WebSocket sessions' servers sent (answers too)
+        self._server_messages = tuple(m.payload for e in exchanges for m in e.messages
+                                      if m.direction == "server")
         self._policy = policy
         self._learned = Learned(policy.clock_tolerance_s, recorded_span=policy.recorded_span)
         self._served_known = False
@@ -161,7 +164,8 @@ class Replayer:
         recorded answers carried reached the agent unchanged (their bodies
         are joined the first time a comparison may need them)."""
         if not self._served_known:
-            self._learned.served = b"".join(f.data for r in self._responses for f in r.frames)
+            self._learned.served = b"".join(
+                [*(f.data for r in self._responses for f in r.frames), *self._server_messages])
             self._served_known = True
         return self._learned
 
@@ -255,7 +259,7 @@ class Replayer:
         """Play the WebSocket session ``exchange`` recorded (``ws_replay``);
         its decisions go in ``row``'s detail, which is written when the
         session ends (or is cut off)."""
-        script = SessionScript(exchange.messages, self._policy.mode)
+        script = SessionScript(exchange.messages, self._policy, _Shared(self))
         route = f"{live.method.decode()} {live.target.decode('latin-1')}"
 
         def redact(payload: bytes, recorded: bytes | None) -> bytes:
@@ -275,7 +279,7 @@ class Replayer:
 
         try:
             await ws_replay.play(conn, request, exchange, script, pace=self._pace,
-                                 redact=redact, on_stop=stop)
+                                 redact=redact, on_stop=stop, lock=self._lock)
         finally:  # (also when the session is cut off: what was decided is kept)
             row["detail"]["messages"] = script.result()
             self._unwritten.append((row, live, time.time_ns()))
@@ -388,6 +392,25 @@ class Replayer:
         except (WiretapeError, ValueError):
             pass
         return origin
+
+
+class _Shared:
+    """A replay's learned state as its WebSocket sessions read and hold it
+    (playback.messages.Knowledge): the same the HTTP exchanges use, so an id
+    learned in a request maps the same in a message, and back. Used under
+    the replayer's lock."""
+
+    def __init__(self, replayer: Replayer) -> None:
+        self._replayer = replayer
+
+    def learned(self) -> Learned:
+        learned = self._replayer.learned
+        # A live clock reading lies between the replay's start and now.
+        learned.live_span = (self._replayer.started_at, time.time())
+        return learned
+
+    def hold(self, learned: Learned) -> None:
+        self._replayer._learned = learned
 
 
 async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:

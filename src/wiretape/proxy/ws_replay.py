@@ -7,9 +7,12 @@ The recorded server messages that opened the session are sent at once;
 each live client message is decided by ``playback.messages`` and the server
 messages recorded after its counterpart are sent after it, paced as
 recorded (their offsets from that client message's) or at once (``fast``).
-A strict replay that meets a mismatch closes the session with 1008 and the
-reason (RFC 6455 §7.4.1), and the replay stops; a missing message (nothing
-recorded answers it) ends the session so in any mode.
+A live message that is not byte for byte its recording is decided holding
+the replay's lock (what the replay learned is shared with its HTTP
+exchanges), off the event loop when it is large. A strict replay that meets
+a mismatch closes the session with 1008 and the reason (RFC 6455 §7.4.1),
+and the replay stops; a missing message (nothing recorded answers it) ends
+the session so in any mode.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 from websockets.protocol import Side
 
@@ -28,6 +32,10 @@ from wiretape.proxy.websocket import Peer, accepted_headers, going_away
 
 #: Seconds a closing session waits for the client's end of stream.
 CLOSE_GRACE = 2.0
+
+#: A live message larger than this (bytes) that is not exact is compared
+#: off the event loop.
+INLINE_BYTES = 4096
 
 #: Redacts a live client message as the recording was, given the recorded
 #: payload it is compared with (None: there is none).
@@ -41,11 +49,14 @@ def is_session(exchange: Exchange) -> bool:
 
 async def play(conn: ClientConnection, request: Request, exchange: Exchange,
                script: SessionScript, *, pace: Pace, redact: Redact,
-               on_stop: Callable[[Step], str]) -> MessagesJSON:
+               on_stop: Callable[[Step], str],
+               lock: AbstractAsyncContextManager[object] | None = None) -> MessagesJSON:
     """Answer ``request`` with ``exchange``'s 101 and play ``script`` until
     the client's stream ends; ``on_stop(step)`` is called at a strict
-    mismatch and gives the close reason. Returns the session's decisions
-    (also when this task is cancelled: ``script`` has them)."""
+    mismatch and gives the close reason; ``lock`` is held while a message
+    that is not exact is decided (the script's knowledge is shared).
+    Returns the session's decisions (also when this task is cancelled:
+    ``script`` has them)."""
     assert exchange.response is not None
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -70,7 +81,7 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
             for live in received.messages:
                 if live.opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CLOSE):
                     continue  # pings are answered by the protocol itself
-                step = script.receive(_redacted(live, script, redact))
+                step = await _decide(script, _redacted(live, script, redact), lock)
                 if step.end:
                     reason = on_stop(step) if step.stop else (
                         f"wiretape replay: client message {step.decision['index']} has no "
@@ -103,6 +114,18 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
         with contextlib.suppress(asyncio.CancelledError):
             await sender
         await peer.hang_up()
+
+
+async def _decide(script: SessionScript, live: Message,
+                  lock: AbstractAsyncContextManager[object] | None) -> Step:
+    """``script.receive(live)``: at once when it is exact; else holding
+    ``lock``, off the loop when the payload is large."""
+    if lock is None or script.is_exact(live):
+        return script.receive(live)
+    async with lock:
+        if len(live.payload) <= INLINE_BYTES:
+            return script.receive(live)
+        return await asyncio.to_thread(script.receive, live)
 
 
 def _redacted(live: Message, script: SessionScript, redact: Redact) -> Message:

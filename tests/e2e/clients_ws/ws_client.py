@@ -8,15 +8,20 @@ the event types, the text, the function calls, and how the session closed.
 
 Options: ``--drop`` leaves without a close handshake (the socket is cut);
 ``--path P`` opens P instead of ``/responses``; ``--key-in-message`` puts
-``OPENAI_API_KEY`` in each event too (as a Realtime ``session.update`` may).
+``OPENAI_API_KEY`` in each event too (as a Realtime ``session.update`` may);
+``--fresh`` stamps each event as Codex does, with values of this run's own
+making: ``metadata`` with a ``session_id`` (a UUID for the whole run), a
+``request_id`` (a new UUID per event) and ``sent_at`` (the clock, RFC 3339).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import sys
+import uuid
 
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -25,7 +30,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 async def main(argv: list[str]) -> int:
     drop = "--drop" in argv
     keyed = "--key-in-message" in argv
-    argv = [a for a in argv if a not in ("--drop", "--key-in-message")]
+    fresh = "--fresh" in argv
+    session = str(uuid.uuid4())
+    argv = [a for a in argv if a not in ("--drop", "--key-in-message", "--fresh")]
     path = "/responses"
     if "--path" in argv:
         at = argv.index("--path")
@@ -51,6 +58,9 @@ async def main(argv: list[str]) -> int:
                      "input": [{"role": "user", "content": prompt}]}
             if keyed:
                 event["client_secret"] = os.environ.get("OPENAI_API_KEY", "")
+            if fresh:
+                event["metadata"] = {"session_id": session, "request_id": str(uuid.uuid4()),
+                                     "sent_at": dt.datetime.now(dt.UTC).isoformat()}
             await ws.send(json.dumps(event))
             while True:
                 event = json.loads(await ws.recv())
