@@ -19,7 +19,8 @@ How each agent is pointed at the proxy:
     claude       anthropic   ANTHROPIC_BASE_URL, set by wiretape
     codex        openai      a model provider in CODEX_HOME/config.toml that
                              names a fixed proxy port (codex does not read
-                             OPENAI_BASE_URL for a configured provider)
+                             OPENAI_BASE_URL for a configured provider), with
+                             supports_websockets: Responses over WebSocket
     gemini       gemini      GOOGLE_GEMINI_BASE_URL, set by wiretape; API-key
                              auth selected in ~/.gemini/settings.json
     nanobot      custom      providers.custom.apiBase in its config.json,
@@ -110,7 +111,17 @@ class Scene:
     cwd: Path | None = None
     """The agent's working directory (default: the workspace)."""
     tool_result_at: str = ""
-    """JSON pointer of the tool result in the request that carries it."""
+    """JSON pointer of the tool result in the request (or message) that carries it."""
+    websocket: bool = False
+    """Whether the agent speaks to its provider over one WebSocket session (each
+    request a client message of it) rather than one HTTP exchange per request."""
+    warm_ups: int = 0
+    """Client messages of the session that are not turns (Codex's warm-up)."""
+
+    @property
+    def exchanges(self) -> int:
+        """The exchanges a recording of the scene holds."""
+        return 1 if self.websocket else len(self.turns)
 
     @property
     def workdir(self) -> Path:
@@ -196,6 +207,9 @@ def _codex_config(port: int) -> str:
         f'base_url = "http://127.0.0.1:{port}/v1"',
         'env_key = "WIRETAPE_AGENTS_API_KEY"',
         'wire_api = "responses"',
+        "# Responses over WebSocket (GET /v1/responses, Upgrade: websocket), as Codex",
+        "# speaks to OpenAI's own provider; a custom provider has it off by default.",
+        "supports_websockets = true",
         "# No retries: a scripted error ends the run at once (codex retries 5xx otherwise).",
         "request_max_retries = 0",
         "stream_max_retries = 0",
@@ -218,7 +232,10 @@ def _codex_config(port: int) -> str:
 
 def codex_scene(root: Path, agents: Path) -> Scene:
     """``codex exec PROMPT``: its exec_command tool (``cat notes.txt``), OpenAI
-    Responses (SSE) with a function_call item."""
+    Responses over one WebSocket session (``supports_websockets``): a warm-up
+    ``response.create`` with ``generate: false``, then one per turn, each after
+    the first naming the previous response (``previous_response_id``) and
+    sending only the input items after it; a function_call item in turn 1."""
     home, tmp, workspace = _lay_out(root)
     port = free_port()
     env = base_env(home, tmp)
@@ -245,7 +262,9 @@ def codex_scene(root: Path, agents: Path) -> Scene:
             TextTurn(ANSWER, expect=CODE),
         ],
         lay_out_home=lay_out_home,
-        tool_result_at="/input/5/output",
+        tool_result_at="/input/0/output",
+        websocket=True,
+        warm_ups=1,
     )
     scene.reset_home()
     return scene

@@ -12,17 +12,22 @@ claude (ids)
     ``/metadata/user_id#/session_id`` (UUID v4, also the
     ``x-claude-code-session-id`` header) and ``/metadata/user_id#/device_id``
     (64 hex digits, kept in ~/.claude.json), in every request.
-codex (ids, clock, key-order)
+codex (ids, clock, key-order), in the messages of its one WebSocket session
+    (``GET /v1/responses``, Upgrade: websocket: a warm-up ``response.create``
+    with ``generate: false``, then one per turn; the handshake itself is exact)
     ``/prompt_cache_key`` and ``/client_metadata/{session_id,thread_id,turn_id,
     root_turn_id,x-codex-window-id}`` (UUID v7, which carry the time; the
     window id with ``:0`` after it), ``/client_metadata/x-codex-installation-id``
     (UUID v4, kept in CODEX_HOME/installation_id), the same again inside
     ``/client_metadata/x-codex-turn-metadata#/...`` with ``#/context_window_id``
-    and ``#/turn_started_at_unix_ms`` (epoch ms), ``/input/N/id`` (``msg_`` +
-    UUID v5 for the first, v7 after), the order of ``/client_metadata``'s
-    members (a hash map), and in the tool result ``/input/5/id`` (``fco_`` +
-    UUID v7) and ``/input/5/output``, which starts ``Chunk ID: <6 hex>\nWall
-    time: <s.ssss> seconds\n`` (a random id, and how long ``cat`` took).
+    and ``#/turn_started_at_unix_ms`` (epoch ms),
+    ``/client_metadata/x-codex-ws-stream-request-start-ms`` (epoch ms, a
+    string), ``/input/N/id`` (``msg_`` + UUID v5 for the first, v7 after), the
+    order of ``/client_metadata``'s members (a hash map), and in the tool
+    result ``/input/0/id`` (``fco_`` + UUID v7) and ``/input/0/output``, which
+    starts ``Chunk ID: <6 hex>\nWall time: <s.ssss> seconds\n`` (a random id,
+    and how long ``cat`` took). The response ids it sends back
+    (``previous_response_id``) are the recorded ones, served to it.
 gemini (ids)
     ``/contents/1/parts/0/functionCall/id`` and
     ``/contents/2/parts/0/functionResponse/id`` in the second request: the call
@@ -56,6 +61,8 @@ from agent_install import installed, missing_reason
 from agent_scenes import AGENTS, ANSWER, CHANGED_CODE, CODE, Scene, make_scene
 
 from wiretape.launch import isolate
+from wiretape.model import Opcode
+from wiretape.store.runfile import open_run
 from wiretape.testing import FakeProvider
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(300)]
@@ -72,7 +79,8 @@ class Expected:
     pointers: tuple[str, ...]
     """Pointers (or their beginnings) the fired rules must name, between them."""
     first_diverged: int
-    """Index of the first request that is not exact without allowances."""
+    """Index of the first request (or client message, for a WebSocket session) that
+    is not exact without allowances."""
     first_pointer: str
     """Where that request first differs (the beginning of the pointer)."""
 
@@ -90,7 +98,7 @@ EXPECTED: dict[str, Expected] = {
         fired=frozenset({"ids", "clock", "key-order"}),
         pointers=("/prompt_cache_key", "/client_metadata",
                   "/client_metadata/x-codex-turn-metadata#/turn_started_at_unix_ms",
-                  "/input/0/id"),
+                  "/client_metadata/x-codex-ws-stream-request-start-ms", "/input/0/id"),
         first_diverged=0,
         first_pointer="/input/0/id",
     ),
@@ -153,7 +161,8 @@ class Recording:
 
 def record(scene: Scene, run: Path, *extra: str) -> Recording:
     """Record the scene against the fake provider (stopped on return), and check
-    that the agent did its round-trip: every turn played, in order, and the answer."""
+    that the agent did its round-trip: every turn played, in order, and the answer,
+    nothing refused; a WebSocket scene's turns all in one session, stored."""
     with FakeProvider(scene.turns) as fp:
         result = wiretape(scene, "record", "-o", str(run), *scene.upstream_args(fp.url),
                           "--snapshot", str(scene.workspace), *extra, "--", *scene.argv)
@@ -163,8 +172,38 @@ def record(scene: Scene, run: Path, *extra: str) -> Recording:
     assert [r.turn for r in requests] == list(range(1, len(scene.turns) + 1)), [
         (r.target, r.turn) for r in requests]
     assert ANSWER in result.stdout, result.stdout + result.stderr
-    assert f"{len(scene.turns)} exchanges" in result.stderr, result.stderr
+    count = scene.exchanges
+    assert f"{count} exchange{'s' if count != 1 else ''}," in result.stderr, result.stderr
+    assert "wiretape: refused" not in result.stderr, result.stderr
+    if scene.websocket:
+        check_session(scene, run)
     return Recording(scene, run, result)
+
+
+def check_session(scene: Scene, run: Path) -> None:
+    """The run holds one WebSocket session and nothing else: the upgrade answered
+    101 by the provider, then a client message per turn (and warm-up), each
+    answered by the provider's events. Had the upgrade been refused, the agent
+    would have fallen back to one POST per turn, and this fails."""
+    with open_run(run) as rf:
+        exchanges = rf.exchanges()
+    assert [(e.request.method, e.request.path) for e in exchanges] == [
+        (b"GET", b"/v1/responses")], [(e.request.method, e.request.target) for e in exchanges]
+    (session,) = exchanges
+    assert session.response is not None and session.response.status == 101
+    headers = {k.lower(): v for k, v in session.request.headers}
+    assert headers[b"upgrade"].lower() == b"websocket"
+    assert headers[b"openai-beta"].startswith(b"responses_websockets="), headers
+    clients = [json.loads(m.payload) for m in session.messages
+               if m.direction == "client" and m.opcode is Opcode.TEXT]
+    assert [c["type"] for c in clients] == ["response.create"] * (
+        len(scene.turns) + scene.warm_ups)
+    assert [c.get("generate") for c in clients[:scene.warm_ups]] == [False] * scene.warm_ups
+    completed = [json.loads(m.payload)["response"]["id"] for m in session.messages
+                 if m.direction == "server" and b'"response.completed"' in m.payload]
+    assert len(completed) == len(clients), completed
+    # each request after the first names the response before it
+    assert [c.get("previous_response_id") for c in clients[1:]] == completed[:-1]
 
 
 @pytest.fixture(scope="session")
@@ -198,6 +237,21 @@ def fired_rules(v: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {entry["rule"]: entry for entry in v.get("rules", [])}
 
 
+def sent_messages(scene: Scene) -> int:
+    """The requests the agent makes: one per turn, and its warm-ups."""
+    return len(scene.turns) + scene.warm_ups
+
+
+def decided(scene: Scene, v: dict[str, Any]) -> list[str]:
+    """How each request was decided: the requests' kinds, or for a WebSocket
+    scene its client messages' (its handshake exact, the only request)."""
+    if not scene.websocket:
+        return [r["kind"] for r in v["requests"]]
+    (row,) = v["requests"]
+    assert row["kind"] == "exact" and row["target"] == "/v1/responses", row
+    return [d["kind"] for d in row["detail"]["messages"]["decisions"]]
+
+
 # --- the tests -----------------------------------------------------------------------------
 
 
@@ -213,10 +267,18 @@ def test_replay_passes_strict_with_the_allowances_the_agent_needs(recorded: Reco
     assert "PASS (strict)" in verdict_line(replayed.stderr)
     assert replayed.stdout == recorded.result.stdout
     v = verdict(scene, recorded.run)
-    count = len(scene.turns)
+    count = scene.exchanges
     assert v["pass"] is True
     assert (v["recorded"], v["missing"], v["unused"], v["diverged"]) == (count, 0, 0, 0)
     assert v["exact"] + v["equivalent"] + v["substituted"] == count
+    equivalent, said = v["equivalent"], f"equivalent {v['equivalent']}"
+    if scene.websocket:
+        # the handshake is exact; the session's client messages carry the per-run values
+        m = v["messages"]
+        assert (m["diverged"], m["missing"], m["unused"]) == (0, 0, 0), m
+        assert m["exact"] + m["equivalent"] + m["substituted"] == sent_messages(scene)
+        equivalent = m["equivalent"]
+        said = f"messages: exact {m['exact']}, equivalent {m['equivalent']}, diverged 0"
     outcome = v["outcome"]
     assert outcome["exit_status"]["same"] is True
     assert outcome["stdout"]["same"] is True
@@ -226,16 +288,16 @@ def test_replay_passes_strict_with_the_allowances_the_agent_needs(recorded: Reco
     # in a run (Codex's tool wall time can be 0.0000 s twice) may fire too.
     assert expected.fired <= set(rules) - {"paths"} <= set(expected.allow), rules
     if not expected.fired:
-        assert v["equivalent"] == 0 and v["exact"] == count
+        assert equivalent == 0 and v["exact"] == count
         return
-    assert v["equivalent"] >= 1
+    assert equivalent >= 1
     named = [pointer for entry in rules.values() for pointer in entry["pointers"]]
     for wanted in expected.pointers:
         assert any(p.startswith(wanted) for p in named), (wanted, named)
     for name in expected.fired:
         assert rules[name]["count"] >= 1 and rules[name]["examples"], rules[name]
     line = verdict_line(replayed.stderr)
-    assert f"equivalent {v['equivalent']}" in line, line
+    assert said in line, line
 
 
 @pytest.mark.parametrize("scene", NEED_ALLOWANCES, indirect=True)
@@ -249,12 +311,17 @@ def test_replay_fails_strict_without_the_allowances(recorded: Recording) -> None
     assert replayed.returncode == 3, verdict_line(replayed.stderr) + "\n" + replayed.stderr
     line = verdict_line(replayed.stderr)
     assert "FAIL (strict)" in line and "diverged 1" in line, line
-    assert "stopped at diverged request POST" in replayed.stderr
+    if scene.websocket:
+        assert (f"messages: exact {expected.first_diverged}, diverged 1" in line), line
+        assert (f"stopped at diverged message {expected.first_diverged} of the WebSocket "
+                f"session GET /v1/responses at {expected.first_pointer}") in line, line
+    else:
+        assert "stopped at diverged request POST" in replayed.stderr
     assert expected.first_pointer in replayed.stderr, replayed.stderr
     assert ANSWER not in replayed.stdout
     v = verdict(scene, recorded.run)
     assert v["pass"] is False
-    kinds = [r["kind"] for r in v["requests"]]
+    kinds = decided(scene, v)
     assert kinds == ["exact"] * expected.first_diverged + ["diverged"], kinds
     assert v["outcome"]["stopped"]["reason"].startswith("diverged")
 
@@ -271,8 +338,8 @@ def test_allowances_do_not_hide_a_changed_tool_result(recorded: Recording) -> No
     assert "FAIL (strict)" in verdict_line(replayed.stderr)
     assert ANSWER not in replayed.stdout
     v = verdict(scene, recorded.run)
-    kinds = [r["kind"] for r in v["requests"]]
-    assert kinds[-1] == "diverged" and len(kinds) == 2, kinds
+    kinds = decided(scene, v)
+    assert kinds[-1] == "diverged" and len(kinds) == sent_messages(scene), kinds
     assert scene.tool_result_at in replayed.stderr, replayed.stderr
 
 
