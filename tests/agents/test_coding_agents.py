@@ -278,7 +278,7 @@ def test_replay_passes_strict_with_the_allowances_the_agent_needs(recorded: Reco
         assert (m["diverged"], m["missing"], m["unused"]) == (0, 0, 0), m
         assert m["exact"] + m["equivalent"] + m["substituted"] == sent_messages(scene)
         equivalent = m["equivalent"]
-        said = f"messages: exact {m['exact']}, equivalent {m['equivalent']}, diverged 0"
+        said = f"messages: exact {m['exact']}, equivalent {m['equivalent']} (ids, clock"
     outcome = v["outcome"]
     assert outcome["exit_status"]["same"] is True
     assert outcome["stdout"]["same"] is True

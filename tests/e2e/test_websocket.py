@@ -383,7 +383,9 @@ def test_fresh_ids_and_clock_readings_pass_strict_with_their_allowances(fresh, t
     line = verdict_line(done.stderr)
     assert line.startswith("wiretape: verdict PASS (strict)")
     # the two response.create events are equivalent; the close is exact
-    assert "messages: exact 1, equivalent 2, diverged 0, missing 0, unused 0" in line
+    assert "equivalent 0, diverged 0" in line  # no request needed a rule
+    assert "messages: exact 1, equivalent 2 (ids, clock " in line
+    assert "), diverged 0, missing 0, unused 0" in line
     verdict = stored_verdict(copy)
     assert verdict["messages"] == {"exact": 1, "substituted": 0, "equivalent": 2,
                                    "diverged": 0, "missing": 0, "unused": 0}
@@ -416,3 +418,42 @@ def test_fresh_ids_diverge_without_the_allowances_naming_the_pointer(fresh, tmp_
     assert decision["not_allowed"] == ["clock", "ids"]
     pointers = [span["pointer"] for span in decision["explanation"]["spans"]]
     assert pointers[0] == "/metadata/session_id" and "/metadata/sent_at" in pointers
+
+
+def test_an_id_learned_in_a_request_holds_in_the_session_s_messages(tmp_path):
+    """One replay learns once: the run's session id, met first in an HTTP request
+    (``/user`` of an embeddings call), maps the same in the WebSocket messages
+    after it. A replay whose messages carry another session id than its request
+    did diverges, though each on its own would correspond."""
+    path, got = record(tmp_path, "shared.wtape", "--fresh", "--embed-first", *PROMPTS)
+    args = ("--", sys.executable, CLIENT, "--fresh", "--embed-first", *PROMPTS)
+    copy = tmp_path / "again.wtape"
+    copy.write_bytes(path.read_bytes())
+    done = wiretape("replay", str(copy), "--allow", "ids,clock", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert seen(done.stdout) == got
+    line = verdict_line(done.stderr)
+    # the replay's rules are named once, with the requests' count
+    assert "recorded 2, exact 1, substituted 0, equivalent 1 (ids, clock " in line, line
+    assert "messages: exact 1, equivalent 2, diverged 0" in line, line
+    verdict = stored_verdict(copy)
+    embed, session = verdict["requests"]
+    (user,) = [e for e in embed["detail"]["learned"] if e["rule"] == "ids"]
+    assert user["pointers"] == ["/user"]
+    recorded_id, live_id = user["examples"][0]
+    first = session["detail"]["messages"]["decisions"][0]
+    ids = next(e for e in first["learned"] if e["rule"] == "ids")
+    assert [recorded_id, live_id] in ids["examples"]
+
+    split = tmp_path / "split.wtape"
+    split.write_bytes(path.read_bytes())
+    done = wiretape("replay", str(split), "--allow", "ids,clock", *args[:-2],
+                    "--split-session", *PROMPTS, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    line = verdict_line(done.stderr)
+    assert "stopped at diverged message 0 of the WebSocket session GET /v1/responses " \
+           "at /metadata/session_id" in line, line
+    (_, session) = stored_verdict(split)["requests"]
+    (decision,) = session["detail"]["messages"]["decisions"]
+    assert decision["kind"] == "diverged" and "not_allowed" not in decision
+    assert "earlier in this replay" in decision["unexplained"]

@@ -63,12 +63,16 @@ def verdict_line(v: Verdict) -> str:
 def _messages_part(v: Verdict) -> str:
     """``; messages: exact N, ...`` when WebSocket sessions were replayed
     (substituted when any was; equivalent when any was or rules are allowed,
-    as the requests' counts)."""
+    as the requests' counts). The learned rules, which one replay shares
+    between its requests and messages, are named after the requests'
+    equivalent count, or after the messages' when no request needed one."""
     m = v.messages
     if m is None:
         return ""
     substituted = f"substituted {m.substituted}, " if m.substituted else ""
-    equivalent = f"equivalent {m.equivalent}, " if m.equivalent or v.allow else ""
+    # The replay's rules are named once: here when no request needed them.
+    rules = f" ({_rules_word(v)})" if m.equivalent and not v.equivalent else ""
+    equivalent = f"equivalent {m.equivalent}{rules}, " if m.equivalent or v.allow else ""
     return (f"; messages: exact {m.exact}, {substituted}{equivalent}diverged {m.diverged}, "
             f"missing {m.missing}, unused {m.unused}")
 

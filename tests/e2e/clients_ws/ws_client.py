@@ -11,7 +11,10 @@ Options: ``--drop`` leaves without a close handshake (the socket is cut);
 ``OPENAI_API_KEY`` in each event too (as a Realtime ``session.update`` may);
 ``--fresh`` stamps each event as Codex does, with values of this run's own
 making: ``metadata`` with a ``session_id`` (a UUID for the whole run), a
-``request_id`` (a new UUID per event) and ``sent_at`` (the clock, RFC 3339).
+``request_id`` (a new UUID per event) and ``sent_at`` (the clock, RFC 3339);
+``--embed-first`` first POSTs ``{base}/embeddings`` over HTTP with that
+session id as its ``user``; ``--split-session`` gives the events another
+session id than the HTTP request had.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import datetime as dt
 import json
 import os
 import sys
+import urllib.request
 import uuid
 
 from websockets.asyncio.client import connect
@@ -32,13 +36,25 @@ async def main(argv: list[str]) -> int:
     keyed = "--key-in-message" in argv
     fresh = "--fresh" in argv
     session = str(uuid.uuid4())
-    argv = [a for a in argv if a not in ("--drop", "--key-in-message", "--fresh")]
+    flags = ("--drop", "--key-in-message", "--fresh", "--embed-first", "--split-session")
+    embed, split = "--embed-first" in argv, "--split-session" in argv
+    argv = [a for a in argv if a not in flags]
     path = "/responses"
     if "--path" in argv:
         at = argv.index("--path")
         path = argv[at + 1]
         del argv[at : at + 2]
     base = os.environ["OPENAI_BASE_URL"].rstrip("/")
+    if embed:
+        body = json.dumps({"model": "text-embedding-3-small", "input": "hello",
+                           "user": session}).encode()
+        post = urllib.request.Request(base + "/embeddings", body, {
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', '')}"})
+        with urllib.request.urlopen(post, timeout=20) as answer:
+            answer.read()
+    if split:
+        session = str(uuid.uuid4())
     url = base.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + path
     seen: dict[str, object] = {"types": [], "text": "", "calls": [], "close": None}
     types: list[str] = seen["types"]  # type: ignore[assignment]
