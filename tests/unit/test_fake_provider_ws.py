@@ -105,3 +105,39 @@ def test_an_upgrade_elsewhere_is_refused_with_404() -> None:
 
     with FakeProvider([], delay=0) as fp:
         assert asyncio.run(session(fp.url.replace("http", "ws", 1))) == 404
+
+
+def test_a_warm_up_uses_no_turn_and_previous_response_ids_must_be_known() -> None:
+    """Codex's flow: ``generate: false`` first (a response with no output), then
+    each request names the response before it and sends only the new items."""
+    script = [TextTurn("Hello.")]
+
+    async def session(url: str) -> list[list[dict[str, Any]]]:
+        async with connect(url + "/v1/responses") as ws:
+            out = []
+            for event in (
+                {"type": "response.create", "model": "m", "generate": False,
+                 "input": [{"role": "developer", "content": "be brief"}]},
+                {"type": "response.create", "model": "m",
+                 "previous_response_id": "resp_elsewhere",
+                 "input": [{"role": "user", "content": "hi"}]},
+                {"type": "response.create", "model": "m",
+                 "previous_response_id": "resp_fake_warmup_1",
+                 "input": [{"role": "user", "content": "hi"}]},
+            ):
+                await ws.send(json.dumps(event))
+                out.append(await _until(ws, "response.completed"))
+            return out
+
+    with FakeProvider(script, delay=0) as fp:
+        warm, unknown, turn = asyncio.run(session(fp.url.replace("http", "ws", 1)))
+        assert [r.turn for r in fp.requests] == [1]
+        assert json.loads(fp.requests[0].body)["previous_response_id"] == "resp_fake_warmup_1"
+    assert [e["type"] for e in warm] == ["response.created", "response.completed"]
+    assert warm[-1]["response"]["id"] == "resp_fake_warmup_1"
+    assert warm[-1]["response"]["output"] == []
+    assert unknown == [{"type": "error", "status": 400, "error": {
+        "message": "Previous response with id 'resp_elsewhere' not found.",
+        "type": "invalid_request_error", "code": "previous_response_not_found"}}]
+    assert turn[-1]["response"]["id"] == "resp_fake_0001"
+    assert turn[-1]["response"]["previous_response_id"] == "resp_fake_warmup_1"
