@@ -128,24 +128,26 @@ def build_request(origin_root: str, host: str, request: Request,
     fields = upstream_request_headers(request.headers, host.encode("latin-1"), len(body))
     method = request.method
     lines = [method, b" ", target, b" HTTP/1.1\r\n"]
-    has_length = False
+    length: bytes | None = None  # a Content-Length field added
     for name, value in fields:  # Host first (one, set by upstream_request_headers)
         if len(name) == 4 and name.lower() == b"host":
             lines += (name, b": ", value, b"\r\n")
-    if body or method in _BODY_METHODS:
-        has_length = any(len(k) == 14 and k.lower() == b"content-length" for k, _ in fields)
-        if not has_length and not body:
-            lines.append(b"Content-Length: 0\r\n")
+    if (body or method in _BODY_METHODS) and not any(
+            len(k) == 14 and k.lower() == b"content-length" for k, _ in fields):
+        length = b"Content-Length: %d\r\n" % len(body)
+        if not body:
+            lines.append(length)
     for name, value in fields:
         if not (len(name) == 4 and name.lower() == b"host"):
             lines += (name, b": ", value, b"\r\n")
-    if body and not has_length:
-        lines.append(b"Content-Length: %d\r\n" % len(body))
+    if body and length is not None:
+        lines.append(length)
     lines.append(b"\r\n")
     head = b"".join(lines)
     # One line per field: a CR or LF inside a value or the target would
     # start a field (or a message) of its own.
-    if head.count(b"\n") != head.count(b"\r\n") or head.count(b"\r") != head.count(b"\n"):
+    ends = 1 + len(fields) + (length is not None) + 1  # request line, fields, blank line
+    if head.count(b"\n") != ends or head.count(b"\r") != ends:
         raise httpx.LocalProtocolError("a request field or the target carries a line break")
     if resolve and origin.host in resolve:
         address, port = resolve[origin.host]
@@ -323,25 +325,31 @@ class _Pool:
             self.discard(conn)
         return None
 
-    async def reserve(self, timeouts: Timeouts) -> None:
-        """Room for one more connection, waiting while ``MAX_CONNECTIONS``
+    async def acquire(self, key: PoolKey | None, timeouts: Timeouts) -> _Connection | None:
+        """An idle connection for ``key`` (None: never one), else room for
+        one more (None; then ``opened``), waiting while ``MAX_CONNECTIONS``
         are open and none idle. Raises httpx.PoolTimeout."""
-        while len(self.open) + self.reserved >= MAX_CONNECTIONS:
-            if self.idle_count:
-                self._evict_oldest()
-                continue
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                async with asyncio.timeout(timeouts.pool):
-                    await waiter
-            except TimeoutError:
-                raise httpx.PoolTimeout(f"no connection to an origin came free in "
-                                        f"{timeouts.pool:g} s") from None
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
-        self.reserved += 1
+        try:
+            async with asyncio.timeout(timeouts.pool):
+                while True:
+                    if key is not None and (conn := self.take_idle(key)) is not None:
+                        return conn
+                    if len(self.open) + self.reserved < MAX_CONNECTIONS:
+                        self.reserved += 1
+                        return None
+                    if self.idle_count:
+                        self._evict_oldest()
+                        continue
+                    waiter = asyncio.get_running_loop().create_future()
+                    self._waiters.append(waiter)
+                    try:
+                        await waiter
+                    finally:
+                        with contextlib.suppress(ValueError):
+                            self._waiters.remove(waiter)
+        except TimeoutError:
+            raise httpx.PoolTimeout(f"no connection to an origin came free in "
+                                    f"{timeouts.pool:g} s") from None
 
     def opened(self, conn: _Connection | None) -> None:
         """A reserved connection opened (``conn``) or failed to (None)."""
@@ -433,32 +441,30 @@ class UpstreamClient:
         WriteError, WriteTimeout, ReadError, ReadTimeout,
         RemoteProtocolError, PoolTimeout."""
         timeouts = self._timeouts or DEFAULT_TIMEOUT
-        conn = self._pool.take_idle(request.key)
-        if conn is not None:
-            try:
-                return await self._exchange(conn, request, timeouts)
-            except _Stale:
-                pass  # the origin had closed it: once more, on a new connection
-        conn = await self._connect(request.key, timeouts)
+        key = request.key
+        conn = self._pool.take_idle(key) or await self._connect(key, timeouts, reuse=True)
         try:
             return await self._exchange(conn, request, timeouts)
         except _Stale:  # (only a reused connection is stale)
-            raise httpx.RemoteProtocolError(
-                "Server disconnected without sending a response.") from None
+            pass  # the origin had closed it: once more, on a new connection
+        return await self._exchange(await self._connect(key, timeouts), request, timeouts)
 
-    async def _connect(self, key: PoolKey, timeouts: Timeouts) -> _Connection:
-        """A new connection for ``key``. Raises httpx.ConnectError (refused,
-        no such host, a certificate that does not verify), ConnectTimeout,
-        PoolTimeout."""
+    async def _connect(self, key: PoolKey, timeouts: Timeouts, *,
+                       reuse: bool = False) -> _Connection:
+        """A new connection for ``key`` (with ``reuse``, an idle one that
+        came free while waiting for room will do). Raises httpx.ConnectError
+        (refused, no such host, a certificate that does not verify),
+        ConnectTimeout, PoolTimeout."""
+        idle = await self._pool.acquire(key if reuse else None, timeouts)
+        if idle is not None:
+            return idle
         scheme, address, port, server_name = key
-        await self._pool.reserve(timeouts)
         conn = None
         try:
             tls = self._tls if scheme == "https" else None
             async with asyncio.timeout(timeouts.connect):
                 reader, writer = await asyncio.open_connection(
                     address, port, ssl=tls, server_hostname=server_name if tls else None,
-                    ssl_handshake_timeout=timeouts.connect if tls else None,
                     happy_eyeballs_delay=0.25, limit=READ_SIZE)
             conn = _Connection(key, reader, writer)
         except TimeoutError:
