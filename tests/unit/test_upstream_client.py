@@ -179,6 +179,34 @@ async def test_a_connection_seen_closed_while_idle_is_replaced() -> None:
 
 
 @in_loop
+async def test_bytes_after_a_response_end_its_connection() -> None:
+    # a body longer than its Content-Length, and a response nobody asked
+    # for arriving while idle: neither is taken for the next request's answer
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        if n == 2:
+            await keep_alive(reader, writer, origin, b"mine")
+        await origin.head(reader)
+        if n == 0:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
+        await keep_alive(reader, writer, origin, b"reused")
+
+    origin = Origin(serve)
+    client = UpstreamClient()
+    async with origin.running() as port:
+        bodies = [(await fetch(client, port, post()))[1] for _ in range(2)]
+        await asyncio.sleep(0.15)
+        bodies.append((await fetch(client, port, post()))[1])
+        await client.aclose()
+    assert bodies == [[b"ok"], [b"ok"], [b"mine"]]
+    assert origin.connections == 3
+
+
+@in_loop
 async def test_a_new_connection_closed_without_an_answer_is_not_retried() -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await origin.head(reader)

@@ -194,9 +194,13 @@ class _Connection:
 
     def usable(self) -> bool:
         """Whether an idle connection may carry a request: the origin has not
-        closed it (an end of stream or an error pending on its reader)."""
-        return not (self.writer.transport.is_closing() or self.reader.at_eof()
-                    or self.reader.exception() is not None)
+        closed it (an end of stream or an error pending on its reader) and
+        sent nothing since its last response ended (bytes that would be
+        taken for the next request's response)."""
+        reader = self.reader
+        return not (self.writer.transport.is_closing() or reader.exception() is not None
+                    or reader.at_eof() or getattr(reader, "_buffer", b"")
+                    or self.h11.trailing_data[0])
 
     def close(self) -> None:
         self.closed = True
