@@ -198,9 +198,9 @@ class _Connection:
         sent nothing since its last response ended (bytes that would be
         taken for the next request's response)."""
         reader = self.reader
+        unread: bytearray = getattr(reader, "_buffer", bytearray())  # (no public view)
         return not (self.writer.transport.is_closing() or reader.exception() is not None
-                    or reader.at_eof() or getattr(reader, "_buffer", b"")
-                    or self.h11.trailing_data[0])
+                    or reader.at_eof() or unread or self.h11.trailing_data[0])
 
     def close(self) -> None:
         self.closed = True
