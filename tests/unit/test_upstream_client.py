@@ -442,3 +442,5 @@ def test_targets_and_fields_that_would_change_the_message_are_refused() -> None:
                             {"api.example.test": ("127.0.0.2", 8443)})
     assert request.key == ("https", "127.0.0.2", 8443, "api.example.test")
     assert build_request("http://[::1]:81", "[::1]:81", post()).key == ("http", "::1", 81, None)
+    assert build_request("https://bücher.example", "xn--bcher-kva.example", post()).key == (
+        "https", "xn--bcher-kva.example", 443, "xn--bcher-kva.example")

@@ -87,7 +87,8 @@ class OutgoingRequest:
 @dataclass(frozen=True, slots=True)
 class _Origin:
     scheme: str
-    host: str  # as httpx.URL gives it: lower-case, IDNA-encoded
+    host: str  # lower-case, as ``--resolve`` names it
+    ascii_host: str  # IDNA-encoded (RFC 5891): dialled, and the TLS name
     port: int
 
 
@@ -97,7 +98,8 @@ def _origin(origin_root: str) -> _Origin:
     url = httpx.URL(origin_root)
     if url.scheme not in ("http", "https") or not url.host:
         raise httpx.InvalidURL(f"upstream {origin_root!r} is not an http(s) URL with a host")
-    return _Origin(url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+    return _Origin(url.scheme, url.host, url.raw_host.decode("ascii"),
+                   url.port or (443 if url.scheme == "https" else 80))
 
 
 #: Methods whose empty body is still announced (``Content-Length: 0``), as
@@ -151,10 +153,10 @@ def build_request(origin_root: str, host: str, request: Request,
         raise httpx.LocalProtocolError("a request field or the target carries a line break")
     if resolve and origin.host in resolve:
         address, port = resolve[origin.host]
-        key: PoolKey = (origin.scheme, address, port, origin.host)
+        key: PoolKey = (origin.scheme, address, port, origin.ascii_host)
     else:
-        key = (origin.scheme, origin.host, origin.port,
-               origin.host if origin.scheme == "https" else None)
+        key = (origin.scheme, origin.ascii_host, origin.port,
+               origin.ascii_host if origin.scheme == "https" else None)
     return OutgoingRequest(method, head, body, key)
 
 
