@@ -266,13 +266,16 @@ async def test_chunks_come_one_frame_each_de_chunked_and_not_decoded() -> None:
 
 
 @in_loop
-async def test_informational_responses_are_skipped_and_head_has_no_body() -> None:
+async def test_informational_responses_are_skipped_and_head_204_304_have_no_body() -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await origin.head(reader)
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
                      b"HTTP/1.1 201 Created\r\nContent-Length: 3\r\n\r\nnew")
         await origin.head(reader)  # a HEAD: a length, and no body after it
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n")
+        for status in (b"204 No Content", b"304 Not Modified"):  # never a body
+            await origin.head(reader)
+            writer.write(b"HTTP/1.1 %s\r\nX-N: 1\r\n\r\n" % status)
         await keep_alive(reader, writer, origin)
 
     origin = Origin(serve)
@@ -280,10 +283,12 @@ async def test_informational_responses_are_skipped_and_head_has_no_body() -> Non
     async with origin.running() as port:
         created, body = await fetch(client, port, post())
         head, none = await fetch(client, port, post(b"", headers=(), method=b"HEAD"))
+        empty = [await fetch(client, port, post(method=m)) for m in (b"DELETE", b"GET")]
         after, ok = await fetch(client, port, post())
         await client.aclose()
     assert (created.status_code, created.reason, body) == (201, b"Created", [b"new"])
     assert (head.status_code, head.headers, none) == (200, ((b"Content-Length", b"50"),), [])
+    assert [(r.status_code, f) for r, f in empty] == [(204, []), (304, [])]
     assert (after.status_code, ok, origin.connections) == (200, [b'{"ok":true}'], 1)
 
 
