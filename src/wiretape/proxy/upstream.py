@@ -412,10 +412,12 @@ class UpstreamClient:
     (``UpstreamOptions.verify``: the usual roots, or those plus
     ``--upstream-ca``), ALPN ``http/1.1``, the response streamed.
 
-    A connection taken from the pool that the origin had closed while it was
-    idle is retried once on a new one, when nothing of a response came on it
-    (RFC 9112 §9.3.1: the client cannot know whether the origin read the
-    request; an origin closes an idle connection only between exchanges).
+    A request on a connection taken from the pool that the origin had
+    closed while it was idle (it ends, or is reset, before a byte of a
+    response came) is sent once more on a new connection: an origin closes
+    an idle connection between exchanges, so it did not act on a request
+    that met that close (RFC 9112 §9.3.1, RFC 9110 §9.2.2). A new connection
+    that closes before answering is not retried.
     """
 
     def __init__(self, options: UpstreamOptions | None = None,
