@@ -125,6 +125,27 @@ async def test_the_head_is_written_as_given_and_one_connection_is_reused() -> No
 
 
 @in_loop
+async def test_a_redirect_is_returned_as_is_and_no_environment_proxy_is_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # the discard port: nothing there
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await origin.head(reader)
+        writer.write(b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n")
+        await keep_alive(reader, writer, origin)
+
+    origin = Origin(serve)
+    client = UpstreamClient()
+    async with origin.running() as port:
+        response, frames = await fetch(client, port, post())
+        await client.aclose()
+    assert (response.status_code, response.headers, frames) == (
+        302, ((b"Location", b"/elsewhere"), (b"Content-Length", b"0")), [])
+    assert len(origin.heads) == 1  # not followed
+
+
+@in_loop
 async def test_an_empty_post_says_its_length_and_a_get_says_none() -> None:
     origin = Origin(lambda r, w, n: keep_alive(r, w, origin))
     client = UpstreamClient()
