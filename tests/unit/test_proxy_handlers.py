@@ -607,7 +607,7 @@ async def test_replay_of_an_unreachable_origin_gives_the_recorded_502(tmp_path: 
 @in_loop
 async def test_replay_of_an_origin_that_timed_out_gives_the_recorded_504(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(upstream, "DEFAULT_TIMEOUT", httpx.Timeout(5.0, read=0.3))
+    monkeypatch.setattr(upstream, "DEFAULT_TIMEOUT", upstream.Timeouts(connect=5.0, read=0.3))
     held: list[asyncio.StreamWriter] = []
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

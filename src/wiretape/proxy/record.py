@@ -165,9 +165,9 @@ class Recorder:
                 await conn.answer(status, reason, headers, body)
         else:
             ttfb = time.monotonic_ns() - t0
-            raw_headers = tuple((bytes(k), bytes(v)) for k, v in origin_resp.headers.raw)
-            reason = origin_resp.extensions.get("reason_phrase", b"") or b""
-            version = origin_resp.http_version.removeprefix("HTTP/").encode()
+            raw_headers = origin_resp.headers
+            reason = origin_resp.reason
+            version = origin_resp.http_version
             client_ok = True
             left: int | None = None  # bytes until a Content-Length body ends
             held = b""  # its last frame, sent whole once the exchange is committed

@@ -1,92 +1,548 @@
-"""The upstream side of the recorder: httpx with raw streaming.
+"""The upstream side of the recorder: a lean HTTP/1.1 forwarding client.
 
 Owns the client that forwards to origins and building the request to the
-origin (same target, Host set, hop-by-hop fields removed); the response is
-read as raw frames, never decoded. Parsing upstream URLs and addresses is
-``wiretape.origins``'s. Only the recorder imports this module: nothing on
-the replay path does (an import contract in pyproject.toml, and
-tests/unit/test_import_boundaries.py, hold it to that).
+origin (same target, Host set, hop-by-hop fields removed). The request head
+is written as bytes, its fields in the order and case given: the proxy's
+server side parsed and checked them with h11 already. The origin's
+response is parsed by h11 (RFC 9112 framing: chunked, Content-Length,
+close-delimited, no body for HEAD, 1xx, 204 and 304) and its body is read
+as raw frames, de-chunked and never decoded. Connections are asyncio
+streams (TLS with the origin's certificate verified) kept alive in a pool
+per (scheme, address, port, SNI name).
+
+Errors are httpx's exception classes (only those: httpx sends nothing
+here), so callers catch what they caught when httpx's transport was the
+client: ``httpx.ConnectError``/``ConnectTimeout`` before anything was sent,
+``httpx.ReadTimeout``, ``ReadError``, ``RemoteProtocolError``,
+``WriteTimeout``, ``WriteError``, ``PoolTimeout`` (all
+``httpx.TransportError``) and ``httpx.InvalidURL``.
+
+Parsing upstream URLs and addresses is ``wiretape.origins``'s. Only the
+recorder imports this module: nothing on the replay path does (an import
+contract in pyproject.toml, and tests/unit/test_import_boundaries.py, hold
+it to that).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import collections
+import contextlib
+import functools
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 
-import anyio
-import anyio.to_thread
+import h11
 import httpx
 
-from wiretape.model import Request
+from wiretape.model import Headers, Request
 from wiretape.origins import UpstreamOptions
 from wiretape.proxy.hop import upstream_request_headers
 
-#: Upstream timeouts (s). Reads wait long: a model may think for minutes and
-#: keep-alive comments can be 15 s apart.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=30.0, read=900.0, write=120.0, pool=60.0)
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Upstream timeouts (s): ``connect`` to open a connection (TCP and
+    TLS handshake), ``read`` between two reads that bring bytes, ``write``
+    for one write to drain, ``pool`` to wait for a free connection when
+    ``MAX_CONNECTIONS`` are open."""
+
+    connect: float = 30.0
+    read: float = 900.0
+    write: float = 120.0
+    pool: float = 60.0
+
+
+#: Reads wait long: a model may think for minutes and keep-alive comments
+#: can be 15 s apart.
+DEFAULT_TIMEOUT = Timeouts()
+#: Connections open at once, over every origin; idle ones kept, over every
+#: origin; seconds an idle one is kept.
+MAX_CONNECTIONS = 200
+MAX_IDLE = 50
+IDLE_EXPIRY = 5.0
+#: Bytes asked of the socket per read; largest response head (bytes).
+READ_SIZE = 64 * 1024
+MAX_HEAD = 100 * 1024
+#: Bodies up to this size (bytes) go out in one write with their head.
+_JOIN_BODY = 256 * 1024
+
+#: (scheme, address dialled, port, TLS server name or None)
+PoolKey = tuple[str, str, int, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingRequest:
+    """A request ready for the wire: its head as bytes (request line, fields
+    and the blank line, RFC 9112 §2.1), its body, and where it goes."""
+
+    method: bytes
+    head: bytes
+    body: bytes
+    key: PoolKey
+
+
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    scheme: str
+    host: str  # lower-case, as ``--resolve`` names it
+    ascii_host: str  # IDNA-encoded (RFC 5891): dialled, and the TLS name
+    port: int
+
+
+@functools.lru_cache(maxsize=256)
+def _origin(origin_root: str) -> _Origin:
+    """``scheme://host[:port]`` parsed once per origin. Raises httpx.InvalidURL."""
+    url = httpx.URL(origin_root)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise httpx.InvalidURL(f"upstream {origin_root!r} is not an http(s) URL with a host")
+    return _Origin(url.scheme, url.host, url.raw_host.decode("ascii"),
+                   url.port or (443 if url.scheme == "https" else 80))
+
+
+#: Methods whose empty body is still announced (``Content-Length: 0``), as
+#: httpx did: RFC 9110 §8.6 says a user agent SHOULD for a method that
+#: defines a meaning for an enclosed content.
+_BODY_METHODS = frozenset({b"POST", b"PUT", b"PATCH"})
+
+
+def build_request(origin_root: str, host: str, request: Request,
+                  resolve: Mapping[str, tuple[str, int]] | None = None) -> OutgoingRequest:
+    """The request to send upstream for ``request`` (target unchanged).
+
+    The target must be in origin-form (``/path?query``, RFC 9112 §3.2.1):
+    it is sent as it came, so it cannot name another host or port.
+    ``Host`` (``host``) comes first (RFC 9112 §3.2: a client SHOULD send it
+    first), the other fields follow in the order and case given;
+    ``Content-Length`` is the body's real length (added after the others
+    for a body that came chunked). ``resolve`` maps a host to the (address,
+    port) dialled, the certificate still checked against the host's name.
+    Raises httpx.InvalidURL for any other target or a bad ``origin_root``,
+    httpx.LocalProtocolError for a field with a line break in it.
+    """
+    target = request.target
+    if not target.startswith(b"/") or b"#" in target:
+        raise httpx.InvalidURL(f"request target {target[:80]!r} is not in origin-form")
+    origin = _origin(origin_root)
+    body = request.body
+    fields = upstream_request_headers(request.headers, host.encode("latin-1"), len(body))
+    method = request.method
+    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
+    length: bytes | None = None  # a Content-Length field added
+    for name, value in fields:  # Host first (one, set by upstream_request_headers)
+        if len(name) == 4 and name.lower() == b"host":
+            lines += (name, b": ", value, b"\r\n")
+    if (body or method in _BODY_METHODS) and not any(
+            len(k) == 14 and k.lower() == b"content-length" for k, _ in fields):
+        length = b"Content-Length: %d\r\n" % len(body)
+        if not body:
+            lines.append(length)
+    for name, value in fields:
+        if not (len(name) == 4 and name.lower() == b"host"):
+            lines += (name, b": ", value, b"\r\n")
+    if body and length is not None:
+        lines.append(length)
+    lines.append(b"\r\n")
+    head = b"".join(lines)
+    # One line per field: a CR or LF inside a value or the target would
+    # start a field (or a message) of its own.
+    ends = 1 + len(fields) + (length is not None) + 1  # request line, fields, blank line
+    if head.count(b"\n") != ends or head.count(b"\r") != ends:
+        raise httpx.LocalProtocolError("a request field or the target carries a line break")
+    if resolve and origin.host in resolve:
+        address, port = resolve[origin.host]
+        key: PoolKey = (origin.scheme, address, port, origin.ascii_host)
+    else:
+        key = (origin.scheme, origin.ascii_host, origin.port,
+               origin.ascii_host if origin.scheme == "https" else None)
+    return OutgoingRequest(method, head, body, key)
+
+
+class _Stale(Exception):
+    """A reused connection the origin had closed: nothing of a response came."""
+
+
+#: What h11 is told of each request: only its method matters to how the
+#: response is framed (RFC 9112 §6.3); the head itself is written as given.
+_STUBS: dict[bytes, h11.Request] = {}
+
+
+def _stub(method: bytes) -> h11.Request:
+    stub = _STUBS.get(method)
+    if stub is None:
+        stub = h11.Request(method=method, target=b"/", headers=[(b"Host", b"origin")])
+        if len(_STUBS) < 64:
+            _STUBS[method] = stub
+    return stub
+
+
+class _Connection:
+    """One connection to an origin and its h11 state."""
+
+    __slots__ = ("closed", "h11", "idle_since", "key", "reader", "received", "reused", "writer")
+
+    def __init__(self, key: PoolKey, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.key = key
+        self.reader = reader
+        self.writer = writer
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
+        self.idle_since = 0.0
+        self.reused = False
+        self.closed = False
+        self.received = False  # whether a byte came since the request was written
+
+    def usable(self) -> bool:
+        """Whether an idle connection may carry a request: the origin has not
+        closed it (an end of stream or an error pending on its reader) and
+        sent nothing since its last response ended (bytes that would be
+        taken for the next request's response)."""
+        reader = self.reader
+        unread: bytearray = getattr(reader, "_buffer", bytearray())  # (no public view)
+        return not (self.writer.transport.is_closing() or reader.exception() is not None
+                    or reader.at_eof() or unread or self.h11.trailing_data[0])
+
+    def close(self) -> None:
+        self.closed = True
+        self.writer.close()
+
+    async def read(self, timeouts: Timeouts) -> bytes:
+        """Up to READ_SIZE bytes, b"" at the end of the stream. Raises
+        httpx.ReadTimeout, httpx.ReadError."""
+        try:
+            async with asyncio.timeout(timeouts.read):
+                data = await self.reader.read(READ_SIZE)
+        except TimeoutError:
+            raise httpx.ReadTimeout(
+                f"the origin sent nothing for {timeouts.read:g} s") from None
+        except OSError as exc:
+            raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+        if data:
+            self.received = True
+        return data
+
+    async def next_event(self, timeouts: Timeouts) -> h11.Event:
+        """The origin's next event (h11 reads the framing). Raises
+        httpx.RemoteProtocolError, httpx.ReadTimeout, httpx.ReadError."""
+        machine = self.h11
+        while True:
+            try:
+                event = machine.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            if event is not h11.NEED_DATA:
+                assert not isinstance(event, type)  # (never PAUSED: one request at a time)
+                return event
+            data = await self.read(timeouts)
+            if not data and machine.their_state is h11.SEND_RESPONSE:
+                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            machine.receive_data(data)
+
+
+class OriginResponse:
+    """The origin's response, its body not read yet: ``status_code``,
+    ``reason`` (bytes), ``headers`` (raw fields in order, original case),
+    ``http_version`` (b"1.1" or b"1.0"). Read the body with ``aiter_raw``,
+    then call ``aclose`` (always)."""
+
+    __slots__ = (
+        "_complete",
+        "_conn",
+        "_pool",
+        "_timeouts",
+        "headers",
+        "http_version",
+        "reason",
+        "status_code",
+    )
+
+    def __init__(self, head: h11.Response, conn: _Connection, pool: _Pool,
+                 timeouts: Timeouts) -> None:
+        self.status_code: int = head.status_code
+        self.reason: bytes = bytes(head.reason)
+        self.headers: Headers = tuple((bytes(k), bytes(v)) for k, v in head.headers.raw_items())
+        self.http_version: bytes = bytes(head.http_version)
+        self._conn: _Connection | None = conn
+        self._pool = pool
+        self._timeouts = timeouts
+        self._complete = False
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body's frames as they arrive (de-chunked, never decoded; one
+        per h11 data event). Raises httpx.ReadTimeout (nothing came for
+        ``Timeouts.read`` s), httpx.ReadError, httpx.RemoteProtocolError
+        (a body cut short, bad framing)."""
+        conn = self._conn
+        if conn is None:
+            return
+        while True:
+            event = await conn.next_event(self._timeouts)
+            if isinstance(event, h11.Data):
+                yield bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                self._complete = True
+                return
+            else:  # (h11 ends every body with EndOfMessage, or raises)
+                raise httpx.RemoteProtocolError(f"unexpected {type(event).__name__} in a body")
+
+    async def aclose(self) -> None:
+        """Give the connection back to the pool when the response was read
+        to its end and both sides may go on (h11: both DONE; no
+        ``Connection: close``, not HTTP/1.0, not close-delimited); else
+        close it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        machine = conn.h11
+        if (self._complete and machine.our_state is h11.DONE
+                and machine.their_state is h11.DONE):
+            machine.start_next_cycle()
+            self._pool.release(conn)
+        else:
+            self._pool.discard(conn)
+
+
+class _Pool:
+    """Keep-alive connections by ``PoolKey``: at most ``MAX_CONNECTIONS``
+    open, ``MAX_IDLE`` idle, each idle at most ``IDLE_EXPIRY`` s."""
+
+    def __init__(self) -> None:
+        self.idle: dict[PoolKey, list[_Connection]] = {}
+        self.idle_count = 0
+        self.open: set[_Connection] = set()
+        self.reserved = 0  # connections being opened
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take_idle(self, key: PoolKey) -> _Connection | None:
+        """The most recently used idle connection for ``key`` that is still
+        good; those expired or closed by the origin are closed on the way."""
+        conns = self.idle.get(key)
+        if not conns:
+            return None
+        now = time.monotonic()
+        while conns:
+            conn = conns.pop()
+            self.idle_count -= 1
+            if now - conn.idle_since < IDLE_EXPIRY and conn.usable():
+                conn.reused = True
+                return conn
+            self.discard(conn)
+        return None
+
+    async def acquire(self, key: PoolKey | None, timeouts: Timeouts) -> _Connection | None:
+        """An idle connection for ``key`` (None: never one), else room for
+        one more (None; then ``opened``), waiting while ``MAX_CONNECTIONS``
+        are open and none idle. Raises httpx.PoolTimeout."""
+        try:
+            async with asyncio.timeout(timeouts.pool):
+                while True:
+                    if key is not None and (conn := self.take_idle(key)) is not None:
+                        return conn
+                    if len(self.open) + self.reserved < MAX_CONNECTIONS:
+                        self.reserved += 1
+                        return None
+                    if self.idle_count:
+                        self._evict_oldest()
+                        continue
+                    waiter = asyncio.get_running_loop().create_future()
+                    self._waiters.append(waiter)
+                    try:
+                        await waiter
+                    finally:
+                        with contextlib.suppress(ValueError):
+                            self._waiters.remove(waiter)
+        except TimeoutError:
+            raise httpx.PoolTimeout(f"no connection to an origin came free in "
+                                    f"{timeouts.pool:g} s") from None
+
+    def opened(self, conn: _Connection | None) -> None:
+        """A reserved connection opened (``conn``) or failed to (None)."""
+        self.reserved -= 1
+        if conn is not None:
+            self.open.add(conn)
+        else:
+            self._wake()
+
+    def release(self, conn: _Connection) -> None:
+        if conn.closed or not conn.usable():
+            self.discard(conn)
+            return
+        conn.idle_since = time.monotonic()
+        self.idle.setdefault(conn.key, []).append(conn)
+        self.idle_count += 1
+        if self.idle_count > MAX_IDLE:
+            self._evict_oldest()
+        self._wake()
+
+    def discard(self, conn: _Connection) -> None:
+        conn.close()
+        self.open.discard(conn)
+        self._wake()
+
+    def _evict_oldest(self) -> None:
+        key = min((k for k, conns in self.idle.items() if conns),
+                  key=lambda k: self.idle[k][0].idle_since)
+        conns = self.idle[key]
+        conn = conns.pop(0)
+        if not conns:
+            del self.idle[key]
+        self.idle_count -= 1
+        self.discard(conn)
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def close_all(self) -> None:
+        for conn in list(self.open):
+            self.discard(conn)
+        self.idle.clear()
+        self.idle_count = 0
 
 
 class UpstreamClient:
-    """Sends requests to origins over one connection pool: no redirects
-    followed, no environment proxies, no cookie jar, no automatic headers
-    (requests are built with ``httpx.Request``), the origin's certificate
-    verified, the response streamed. The transport is used directly:
-    httpx's client would copy each request's headers into a cookie-jar
-    request per response, which costs time quadratic in their number."""
+    """Sends requests to origins over one keep-alive pool: no redirects
+    followed, no environment proxies, no cookie jar, no field added but
+    ``Host`` and ``Content-Length``, the origin's certificate verified
+    (``UpstreamOptions.verify``: the usual roots, or those plus
+    ``--upstream-ca``), ALPN ``http/1.1``, the response streamed.
 
-    def __init__(self, options: UpstreamOptions | None = None) -> None:
-        self._transport = httpx.AsyncHTTPTransport(
-            verify=(options or UpstreamOptions()).verify(), trust_env=False,
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50))
+    A request on a connection taken from the pool that the origin had
+    closed while it was idle (it ends, or is reset, before a byte of a
+    response came) is sent once more on a new connection: an origin closes
+    an idle connection between exchanges, so it did not act on a request
+    that met that close (RFC 9112 §9.3.1, RFC 9110 §9.2.2). A new connection
+    that closes before answering is not retried.
+    """
+
+    def __init__(self, options: UpstreamOptions | None = None,
+                 timeouts: Timeouts | None = None) -> None:
+        """Raises UsageError for a bad ``ca_file``."""
+        verify = (options or UpstreamOptions()).verify()
+        if verify is True:
+            import certifi
+
+            verify = ssl.create_default_context(cafile=certifi.where())
+        assert isinstance(verify, ssl.SSLContext)  # (verification is never off)
+        verify.set_alpn_protocols(["http/1.1"])
+        self._tls = verify
+        self._timeouts = timeouts
+        self._pool = _Pool()
 
     async def warm_up(self) -> None:
         """Load now what the first connection would otherwise load on the
-        event loop while an agent waits (anyio's asyncio backend and its
-        worker thread, which resolves names: about 100 ms), so the first
-        exchange costs what the next ones do."""
-        anyio.current_time()
-        await anyio.to_thread.run_sync(int)
+        event loop while an agent waits (the name resolver's worker thread
+        and its libraries, the IDNA codec), so the first exchange costs what
+        the next ones do."""
+        with contextlib.suppress(OSError):
+            await asyncio.get_running_loop().getaddrinfo("localhost", 80)
 
-    async def send(self, request: httpx.Request) -> httpx.Response:
+    async def send(self, request: OutgoingRequest) -> OriginResponse:
         """The origin's response, its body not read yet (``aiter_raw``, then
-        ``aclose``). Raises httpx.TransportError (httpx.TimeoutException)."""
-        request.extensions.setdefault("timeout", DEFAULT_TIMEOUT.as_dict())
-        response = await self._transport.handle_async_request(request)
-        response.request = request
-        return response
+        ``aclose``); informational (1xx) responses are skipped. Raises
+        httpx.TransportError: httpx.ConnectError, ConnectTimeout,
+        WriteError, WriteTimeout, ReadError, ReadTimeout,
+        RemoteProtocolError, PoolTimeout."""
+        timeouts = self._timeouts or DEFAULT_TIMEOUT
+        key = request.key
+        conn = self._pool.take_idle(key) or await self._connect(key, timeouts, reuse=True)
+        try:
+            return await self._exchange(conn, request, timeouts)
+        except _Stale:  # (only a reused connection is stale)
+            pass  # the origin had closed it: once more, on a new connection
+        return await self._exchange(await self._connect(key, timeouts), request, timeouts)
+
+    async def _connect(self, key: PoolKey, timeouts: Timeouts, *,
+                       reuse: bool = False) -> _Connection:
+        """A new connection for ``key`` (with ``reuse``, an idle one that
+        came free while waiting for room will do). Raises httpx.ConnectError
+        (refused, no such host, a certificate that does not verify),
+        ConnectTimeout, PoolTimeout."""
+        idle = await self._pool.acquire(key if reuse else None, timeouts)
+        if idle is not None:
+            return idle
+        scheme, address, port, server_name = key
+        conn = None
+        try:
+            tls = self._tls if scheme == "https" else None
+            async with asyncio.timeout(timeouts.connect):
+                reader, writer = await asyncio.open_connection(
+                    address, port, ssl=tls, server_hostname=server_name if tls else None,
+                    happy_eyeballs_delay=0.25, limit=READ_SIZE)
+            conn = _Connection(key, reader, writer)
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"cannot connect to {address}:{port} in "
+                                       f"{timeouts.connect:g} s") from None
+        except OSError as exc:  # (ssl.SSLError is one)
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+        finally:
+            self._pool.opened(conn)
+        return conn
+
+    async def _exchange(self, conn: _Connection, request: OutgoingRequest,
+                        timeouts: Timeouts) -> OriginResponse:
+        """Write ``request`` on ``conn`` and read up to the response's head.
+        Raises _Stale for a reused connection the origin had closed, else
+        httpx.TransportError; ``conn`` is given back (closed) on any error."""
+        try:
+            machine = conn.h11
+            machine.send(_stub(request.method))
+            machine.send(h11.EndOfMessage())
+            conn.received = False
+            writer = conn.writer
+            try:
+                if len(request.body) <= _JOIN_BODY:
+                    writer.write(request.head + request.body)
+                else:
+                    writer.write(request.head)
+                    writer.write(request.body)
+                async with asyncio.timeout(timeouts.write):
+                    await writer.drain()
+            except TimeoutError:
+                raise httpx.WriteTimeout(
+                    f"the origin took nothing for {timeouts.write:g} s") from None
+            except OSError as exc:
+                if conn.reused:
+                    raise _Stale from exc
+                raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
+            while True:
+                try:
+                    event = await conn.next_event(timeouts)
+                except (httpx.RemoteProtocolError, httpx.ReadError):
+                    if conn.reused and not conn.received:
+                        raise _Stale from None
+                    raise
+                if isinstance(event, h11.Response):
+                    return OriginResponse(event, conn, self._pool, timeouts)
+                if not isinstance(event, h11.InformationalResponse):
+                    raise httpx.RemoteProtocolError(
+                        f"unexpected {type(event).__name__} before a response")
+        except BaseException:
+            self._pool.discard(conn)
+            raise
 
     async def aclose(self) -> None:
-        await self._transport.aclose()
+        """Close every connection, idle or in use, and wait (up to 1 s) for
+        their sockets to be released."""
+        writers = [conn.writer for conn in self._pool.open]
+        self._pool.close_all()
+        if writers:
+            _done, pending = await asyncio.wait(
+                [asyncio.ensure_future(_closed(w)) for w in writers], timeout=1.0)
+            for task in pending:
+                task.cancel()
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError, RuntimeError):
+        await writer.wait_closed()
 
 
 def new_client(options: UpstreamOptions | None = None) -> UpstreamClient:
     """A client for forwarding. Raises UsageError for a bad ``ca_file``."""
     return UpstreamClient(options)
-
-
-def build_request(origin_root: str, host: str, request: Request,
-                  resolve: Mapping[str, tuple[str, int]] | None = None) -> httpx.Request:
-    """The request to send upstream for ``request`` (target unchanged).
-
-    The target must be in origin-form (``/path?query``, RFC 9112 §3.2.1):
-    it is the URL's path and query, never more, so it cannot name another
-    host or port. ``Content-Length`` is the body's real length. Raises
-    httpx.InvalidURL for any other target.
-    """
-    target = request.target
-    if not target.startswith(b"/") or b"#" in target:
-        raise httpx.InvalidURL(f"request target {target[:80]!r} is not in origin-form")
-    root = httpx.URL(origin_root)
-    url = root.copy_with(raw_path=target)
-    if (url.scheme, url.host, url.port) != (root.scheme, root.host, root.port):
-        raise httpx.InvalidURL(f"request target {target[:80]!r} leaves the origin")
-    headers = upstream_request_headers(request.headers, host.encode("latin-1"),
-                                       len(request.body))
-    extensions = {}
-    if resolve and url.host in resolve:
-        address, port = resolve[url.host]
-        extensions["sni_hostname"] = url.host
-        url = url.copy_with(host=address, port=port)
-    return httpx.Request(
-        request.method.decode("ascii"), url, headers=list(headers), content=request.body,
-        extensions=extensions,
-    )
