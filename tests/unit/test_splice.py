@@ -231,7 +231,38 @@ def test_the_packer_splices_ahead_without_making_a_dictionary(
     assert made == []
     reordered = bodies[5][3000:] + bodies[5][:3000]
     packed = packer.pack_ahead(reordered, blobs.blob_hash(reordered))
-    assert packed is not None and packed.codec == "zstd-ref" and made == [len(bodies[4])]
+    assert packed is not None and (packed.codec, packed.ref) == (
+        "zstd-ref", blobs.blob_hash(bodies[5]))  # the body packed ahead before it
+    assert made == [len(bodies[5])]
+
+
+def test_a_body_is_packed_ahead_against_the_one_packed_before_it(
+        db: sqlite3.Connection) -> None:
+    """The next body may come before the one before it is committed (and
+    made the reference): it is packed against that one as packed, and
+    stored so only if that one was committed as packed. A chain at its cap
+    restarts once, not for every body until the reference catches up."""
+    bodies = turns(4)
+    digests = [blobs.blob_hash(b) for b in bodies]
+    packer = blobs.Packer(blobs.FAST_LEVEL)
+    packer.prepare(digests[0], bodies[0], blobs.MAX_REF_DEPTH)  # its chain is full
+    assert blobs.put(db, bodies[0]) == digests[0]
+    db.execute("UPDATE blobs SET depth = ? WHERE hash = ?", (blobs.MAX_REF_DEPTH, digests[0]))
+    restart = packer.pack_ahead(bodies[1], digests[1])
+    assert restart is not None and (restart.codec, restart.ref, restart.depth) == (
+        "zstd", None, 0)
+    after = packer.pack_ahead(bodies[2], digests[2])  # nothing prepared since
+    assert after is not None and (after.codec, after.ref, after.depth) == (
+        "splice", digests[1], 1)
+    assert not blobs.put_packed(db, after)  # its reference is not committed yet
+    assert blobs.put_packed(db, restart) and blobs.put_packed(db, after)
+    assert blobs.get(db, digests[2]) == bodies[2]
+    # A body not packed ahead (committed raw, its depth known later): the
+    # next one goes back to the body last prepared.
+    assert packer.pack_ahead(b"x" * 100 + os.urandom(2000), "f" * 64) is None
+    packer.prepare(digests[2], bodies[2], 1)
+    last = packer.pack_ahead(bodies[3], digests[3])
+    assert last is not None and (last.codec, last.ref, last.depth) == ("splice", digests[2], 2)
 
 
 # --- rows that lie ------------------------------------------------------------------------------

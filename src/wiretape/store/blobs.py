@@ -325,6 +325,9 @@ class Packer:
         self._prepared: Reference | None = None
         #: that body's chain is at ``MAX_REF_DEPTH``: the next body starts a new one
         self._chain_full = False
+        #: the body last packed ahead, with the depth it was packed at (None:
+        #: it was not packed; it is committed raw, its depth known later)
+        self._ahead: Reference | None = None
         #: the dictionary last made (its body's hash, and it ready), kept
         #: while that body is the one prepared or being packed against
         self._dictionary_made: tuple[str, zstandard.ZstdCompressionDict] | None = None
@@ -368,33 +371,48 @@ class Packer:
 
     def pack_ahead(self, data: bytes, digest: str) -> Packed | None:
         """``data`` (whose hash is ``digest``) as stored against the body
-        last prepared (:meth:`prepare`): spliced from it (cheap: a memory
+        before it: the one this last packed ahead, at the depth it packed
+        it at (the usual case: by the time ``data`` is committed, that body
+        is, as packed; :func:`put_packed` checks it), else the one last
+        prepared (:meth:`prepare`). Spliced from it (cheap: a memory
         comparison and the new bytes compressed), else compressed against
         it when that makes it far smaller. When that body's chain is at
-        ``MAX_REF_DEPTH``, zstd alone, when that is smaller. None when none
-        of these (nothing prepared: the body is then compressed later,
-        against the previous one), or under ``MIN_COMPRESS``."""
-        with self._lock:
-            prepared, chain_full = self._prepared, self._chain_full
-        if len(data) < MIN_COMPRESS or (prepared is None and not chain_full):
+        ``MAX_REF_DEPTH``, zstd alone (a new chain), when that is smaller.
+        None when none of these (nothing to pack against: the body is then
+        compressed later, against the previous one), or under
+        ``MIN_COMPRESS``."""
+        if len(data) < MIN_COMPRESS:
             return None
-        if prepared is None:
+        with self._lock:
+            ref, chain_full, ahead = self._prepared, self._chain_full, self._ahead
+        if ahead is not None and ahead.digest != digest and (
+                ref is None or ahead.digest != ref.digest):
+            ref, chain_full = (None, True) if ahead.depth >= MAX_REF_DEPTH else (ahead, False)
+        packed = self._pack_ahead(data, digest, ref, chain_full)
+        with self._lock:  # the next body's reference, unless this one is not packed
+            self._ahead = Reference(digest, data, packed.depth) if packed is not None else None
+        return packed
+
+    def _pack_ahead(self, data: bytes, digest: str, ref: Reference | None,
+                    chain_full: bool) -> Packed | None:
+        if ref is None:
+            if not chain_full:
+                return None
             payload = self._plain().compress(data)
             return Packed(digest, len(data), "zstd", None, 0, payload) if len(
                 payload) < len(data) else None
-        if prepared.digest == digest:
+        if ref.digest == digest:
             return None  # the same body: stored already
-        spliced = self._splice(data, prepared)
+        spliced = self._splice(data, ref)
         if spliced is not None:
-            return Packed(digest, len(data), "splice", prepared.digest, prepared.depth + 1,
-                          spliced)
-        if len(prepared.data) > _PREPARE_MAX:
+            return Packed(digest, len(data), "splice", ref.digest, ref.depth + 1, spliced)
+        if len(ref.data) > _PREPARE_MAX:
             return None  # (its dictionary would take several times its size)
         delta = zstandard.ZstdCompressor(
-            level=self._level, dict_data=self._dictionary(prepared)).compress(data)
+            level=self._level, dict_data=self._dictionary(ref)).compress(data)
         if len(delta) * _SURELY_SMALLER > len(data):
             return None
-        return Packed(digest, len(data), "zstd-ref", prepared.digest, prepared.depth + 1, delta)
+        return Packed(digest, len(data), "zstd-ref", ref.digest, ref.depth + 1, delta)
 
     def pack(self, data: bytes, ref: Reference | None = None,
              ) -> tuple[str, str | None, int, bytes]:

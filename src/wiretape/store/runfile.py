@@ -587,7 +587,7 @@ class RunFile:
         :meth:`write_exchange` says; a body to compress afterwards is added
         to ``later``. Returns its hash, about the bytes it adds to the WAL,
         and the depth of its reference chain when that is final (it was
-        stored compressed: the next body may refer to it at once)."""
+        stored packed ahead: the next body may refer to it at once)."""
         previous = self._last_request
         if not compress_later:
             return blobs.put(db, req.body, ref=previous[0] if previous else None,
@@ -600,8 +600,7 @@ class RunFile:
             depth = blobs.ref_depth(db, req_blob)
             return req_blob, len(packed.payload), depth
         if len(req.body) < _COMPRESS_NOW:  # (on its own: no dictionary to wait for)
-            req_blob = blobs.put(db, req.body, packer=self._background_packer)
-            return req_blob, len(req.body), blobs.ref_depth(db, req_blob)
+            return blobs.put(db, req.body, packer=self._background_packer), len(req.body), None
         if blobs.put_raw(db, req.body, req_blob) and len(req.body) >= blobs.MIN_COMPRESS:
             ref = blobs.Reference(previous[0], previous[1], 0) if previous is not None else None
             later.append((req_blob, req.body, ref))
