@@ -182,11 +182,13 @@ def test_a_schema_other_than_ours_is_refused(run_path: Path, tmp_path: Path,
 def test_comments_and_spacing_in_the_schema_are_not_differences(tmp_path: Path) -> None:
     """Older wiretape wrote the same tables with other comments."""
     path = tmp_path / "old.wtape"
-    ddl = schema.ddl(schema.SCHEMA_VERSION).replace(
-        "-- 'raw', 'zstd', or 'zstd-ref' (ref's bytes as dictionary)",
+    ours = schema.ddl(schema.SCHEMA_VERSION)
+    ddl = ours.replace(
+        "-- 'raw', 'zstd', 'zstd-ref' (ref's bytes as dictionary),",
         "-- 'raw', 'zstd', or 'zstd-ref' (zstd with ref's bytes as dictionary)").replace(
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         "CREATE TABLE meta (\n  key TEXT PRIMARY KEY,  /* the name */\n  value TEXT NOT NULL\n);")
+    assert ddl.count("zstd with ref's") == 1 and "/* the name */" in ddl
     db = sqlite3.connect(path)
     db.executescript(ddl)
     db.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")

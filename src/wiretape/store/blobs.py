@@ -102,10 +102,11 @@ def put(db: sqlite3.Connection, data: bytes, ref: str | None = None, *,
         ref_data: bytes | None = None, packer: Packer | None = None) -> str:
     """Store ``data`` (if not already there), compressed, and return its hash.
 
-    ``ref`` names a stored blob to use as the dictionary; ``ref_data``: its
-    bytes, when the caller has them (else they are read back). ``packer``:
-    the compressors to use (default: this module's, one per thread). The
-    caller owns the transaction.
+    ``ref`` names a stored blob to store it against (spliced from it, or
+    its bytes as the dictionary); ``ref_data``: its bytes, when the caller
+    has them (else they are read back). ``packer``: the compressors to use
+    (default: this module's, one per thread). The caller owns the
+    transaction.
     """
     digest = blob_hash(data)
     if db.execute("SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone():
@@ -196,7 +197,7 @@ def put_raw(db: sqlite3.Connection, data: bytes, digest: str) -> bool:
 
 
 def ref_depth(db: sqlite3.Connection, digest: str) -> int | None:
-    """The length of the dictionary chain behind the stored blob ``digest``
+    """The length of the reference chain behind the stored blob ``digest``
     (0: it needs none), or None when there is no such blob (or its depth is
     not a number)."""
     row = db.execute("SELECT depth FROM blobs WHERE hash = ?", (digest,)).fetchone()
@@ -208,14 +209,14 @@ def recompress(db: sqlite3.Connection, digest: str, size: int,
     """Replace the raw bytes stored under ``digest`` (``size`` of them) by
     ``packed`` (what :meth:`Packer.pack` made of the same bytes: the hash
     stays the bytes' own, so every reader gets the same bytes back). Only a
-    blob still raw is changed, and only when the dictionary it names is
+    blob still raw is changed, and only when the reference it names is
     still at the depth it was packed against; True when it was changed.
     The caller owns the transaction."""
     codec, ref, depth, payload = packed
     if codec == "raw":
         return False
     if ref is not None and ref_depth(db, ref) != depth - 1:
-        return False  # its dictionary changed meanwhile: it stays raw (and correct)
+        return False  # its reference changed meanwhile: it stays raw (and correct)
     cur = db.execute(
         "UPDATE blobs SET codec = ?, ref = ?, depth = ?, data = ?"
         " WHERE hash = ? AND codec = 'raw' AND size = ?",
@@ -238,7 +239,7 @@ class Packed:
 
 def put_packed(db: sqlite3.Connection, packed: Packed) -> bool:
     """Store a body packed ahead of its transaction (if no blob has its hash
-    yet); False, storing nothing, when the dictionary it names is not
+    yet); False, storing nothing, when the reference it names is not
     stored at the depth it was packed against (the caller then stores it
     otherwise). The caller owns the transaction."""
     if packed.ref is not None and ref_depth(db, packed.ref) != packed.depth - 1:
@@ -313,9 +314,10 @@ class Packer:
     """Compresses bodies: spliced from a reference body when it covers most
     of them, else zstd against the reference's bytes as a dictionary, else
     zstd alone. Its compressors are built once per thread; the body
-    :meth:`prepare` was last given is the reference of the next
-    :meth:`pack_ahead` (its dictionary made only when a body needs it).
-    Safe to use from several threads."""
+    :meth:`pack_ahead` last packed, else the one :meth:`prepare` was last
+    given, is the reference of the next :meth:`pack_ahead` (its dictionary
+    made only when a body is not a splice of it). Safe to use from several
+    threads."""
 
     def __init__(self, level: int = _LEVEL) -> None:
         self._level = level
@@ -480,10 +482,11 @@ def get(db: sqlite3.Connection, digest: str, cache: dict[str, bytes] | None = No
 
     A run file is untrusted: the declared size is checked against the limit
     before anything is decompressed, decompression streams and stops at the
-    declared size (a zstd bomb costs at most ``limit`` bytes), a dictionary
+    declared size (a zstd bomb costs at most ``limit`` bytes), a reference
     chain is followed at most MAX_REF_DEPTH links whatever the file says,
     and what comes out must have the declared size and hash. Raises KeyError
-    when absent, BlobError when it cannot be read.
+    when absent, BlobError when it cannot be read (UnknownCodecError: its
+    codec is not one this wiretape reads).
     """
     return _get(db, digest, cache, limit, set())
 

@@ -203,7 +203,7 @@ class RunFile:
         self._replay_logs = replay_logs
         self._lock = threading.RLock()
         self._cache: dict[str, bytes] = {}
-        #: the last request body committed (hash, bytes): the next one's dictionary
+        #: the last request body committed (hash, bytes): the next one's reference
         self._last_request: tuple[str, bytes] | None = None
         self._packer = blobs.Packer()
         self._background_packer = blobs.Packer(blobs.FAST_LEVEL)
@@ -500,11 +500,12 @@ class RunFile:
 
     def pack_request(self, body: bytes, digest: str) -> blobs.Packed | None:
         """A request body (whose sha256 hex is ``digest``) compressed ahead
-        of its commit against the last request body whose dictionary the
-        background thread made ready (a growing conversation: about its new
-        bytes, in well under a millisecond), for ``write_exchange(...,
-        request_packed=)``; None when that does not help. Takes no lock a
-        write holds: for a worker thread, as soon as the request is in."""
+        of its commit against the request body before it
+        (:meth:`blobs.Packer.pack_ahead`; a growing conversation: spliced,
+        about its new bytes, in well under a millisecond), for
+        ``write_exchange(..., request_packed=)``; None when that does not
+        help. Takes no lock a write holds: for a worker thread, as soon as
+        the request is in."""
         try:
             return self._background_packer.pack_ahead(body, digest)
         except (zstandard.ZstdError, MemoryError):
@@ -526,7 +527,7 @@ class RunFile:
         process killed before leaves a correct, bigger file.
         ``request_digest``: the sha256 hex of the request's body, when the
         caller has it; ``request_packed``: that body as :meth:`pack_request`
-        made it (stored so when its dictionary is as it was, else raw).
+        made it (stored so when its reference is as it was, else raw).
         Raises RunFileWriteError.
         """
         resp = exchange.response
@@ -599,7 +600,7 @@ class RunFile:
             # stored as it will stay (or it was stored already: its depth is read)
             depth = blobs.ref_depth(db, req_blob)
             return req_blob, len(packed.payload), depth
-        if len(req.body) < _COMPRESS_NOW:  # (on its own: no dictionary to wait for)
+        if len(req.body) < _COMPRESS_NOW:  # (on its own: no reference to wait for)
             return blobs.put(db, req.body, packer=self._background_packer), len(req.body), None
         if blobs.put_raw(db, req.body, req_blob) and len(req.body) >= blobs.MIN_COMPRESS:
             ref = blobs.Reference(previous[0], previous[1], 0) if previous is not None else None
@@ -659,7 +660,7 @@ class RunFile:
                   request: tuple[str, bytes], number: int) -> None:
         """On the background thread: compress (holding no lock), then swap
         each raw body for its compressed form in one short transaction.
-        Bodies are queued in commit order, so a body's dictionary was
+        Bodies are queued in commit order, so a body's reference was
         compressed before it: the depth read here is final. A failure
         leaves the body raw: the file stays correct, only bigger; a write
         that fails for good shows in the next commit."""
