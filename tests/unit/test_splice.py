@@ -373,3 +373,32 @@ def test_a_splice_larger_than_the_limit_is_refused_unread(
     refused(db, digest, "more than the 268435456 bytes wiretape reads back")
     with pytest.raises(blobs.BlobError, match="more than the 1000 bytes"):
         blobs.get(db, blobs.blob_hash(REF), limit=1000)
+
+
+def test_a_moving_cache_breakpoint_still_splices(db: sqlite3.Connection) -> None:
+    """Anthropic Messages bodies: the ``cache_control`` breakpoint moves from
+    the previous last message to the new one each turn; the new bytes are
+    the new message and the few bytes around the old breakpoint."""
+    rng = random.Random(3)
+    messages: list[dict[str, object]] = []
+    last: dict[str, object] | None = None
+    ref = None
+    for turn in range(6):
+        if last is not None:
+            del last["cache_control"]
+        text = " ".join(rng.choice(WORDS) for _ in range(500))
+        last = {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}
+        messages.append({"role": "user" if turn % 2 else "assistant", "content": [last]})
+        body = json.dumps({"model": "claude", "max_tokens": 4096,
+                           "system": [{"type": "text", "text": "be brief " * 3000}],
+                           "messages": messages,
+                           "tools": [{"name": f"t{i}", "input_schema": {"type": "object"}}
+                                     for i in range(20)]}).encode()
+        digest = blobs.put(db, body, ref=ref)
+        codec, _, _, data = row(db, digest)
+        if ref is not None:
+            assert codec == "splice"
+            _, _, prefix, suffix = HEADER.unpack_from(data)
+            assert len(body) - prefix - suffix < len(text) + 200
+        assert blobs.get(db, digest) == body
+        ref = digest
