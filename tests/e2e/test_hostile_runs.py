@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
@@ -241,6 +242,34 @@ def test_a_zstd_bomb_is_refused_in_bounded_memory(
     one_line(done, run, said)
     assert peak_kb < 200 * 1024, f"show peaked at {peak_kb // 1024} MB"
     replay_refused(project, run, tmp_path, said)
+
+
+@pytest.mark.parametrize("lie", ["past its reference", "a loop", "a missing reference",
+                                 "a newer codec"])
+def test_a_body_spliced_from_a_lie_is_refused_with_one_line(
+        hostile: tuple[Path, Path], tmp_path: Path, lie: str) -> None:
+    """The response body made a ``splice`` of the request body (blobs'
+    module docstring) that cannot hold: one line naming what is wrong."""
+    project, run = hostile
+    with sqlite3.connect(run) as db:
+        req, resp = db.execute(
+            "SELECT request_body, response_body FROM exchanges ORDER BY seq").fetchone()
+        (req_size,) = db.execute("SELECT size FROM blobs WHERE hash = ?", (req,)).fetchone()
+    header = struct.Struct(">4sBQQ")
+    size, ref, codec = req_size + 10, req, "splice"
+    payload = header.pack(b"WTS1", 0, req_size + 1, 0) + b"x" * 9
+    said = f"keeps {req_size + 1} + 0 bytes of the body {req[:12]} it is spliced from"
+    if lie == "a loop":
+        ref, said = resp, "compressed against itself"
+    elif lie == "a missing reference":
+        ref, said = "f" * 64, "stored against the body ffffffffffff, which the file does not hold"
+    elif lie == "a newer codec":
+        codec, said = "splice2", "codec 'splice2', which this wiretape does not read"
+    alter(run, "UPDATE blobs SET codec = ?, ref = ?, depth = 1, size = ?, data = ? WHERE hash = ?",
+          params=(codec, ref, size, payload, resp))
+    replay_refused(project, run, tmp_path, said)
+    line = one_line(wiretape("show", str(run), cwd=tmp_path), run, said)
+    assert ("damaged or was edited" in line) == (lie != "a newer codec")
 
 
 @pytest.mark.parametrize(("statements", "said"), [

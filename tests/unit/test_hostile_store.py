@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import struct
 import subprocess
 import sys
 import time
@@ -181,11 +182,13 @@ def test_a_schema_other_than_ours_is_refused(run_path: Path, tmp_path: Path,
 def test_comments_and_spacing_in_the_schema_are_not_differences(tmp_path: Path) -> None:
     """Older wiretape wrote the same tables with other comments."""
     path = tmp_path / "old.wtape"
-    ddl = schema.ddl(schema.SCHEMA_VERSION).replace(
-        "-- 'raw', 'zstd', or 'zstd-ref' (ref's bytes as dictionary)",
+    ours = schema.ddl(schema.SCHEMA_VERSION)
+    ddl = ours.replace(
+        "-- 'raw', 'zstd', 'zstd-ref' (ref's bytes as dictionary),",
         "-- 'raw', 'zstd', or 'zstd-ref' (zstd with ref's bytes as dictionary)").replace(
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         "CREATE TABLE meta (\n  key TEXT PRIMARY KEY,  /* the name */\n  value TEXT NOT NULL\n);")
+    assert ddl.count("zstd with ref's") == 1 and "/* the name */" in ddl
     db = sqlite3.connect(path)
     db.executescript(ddl)
     db.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
@@ -257,6 +260,47 @@ def test_a_dictionary_chain_that_loops_is_refused(run_path: Path, tmp_path: Path
     refused(run_path, tmp_path / "replays", "compressed against itself")
 
 
+def splice(prefix: int, suffix: int, new: bytes) -> bytes:
+    """A ``splice`` payload (blobs' module docstring): header, then new bytes raw."""
+    return struct.pack(">4sBQQ", b"WTS1", 0, prefix, suffix) + new
+
+
+@pytest.mark.parametrize(("ref", "payload", "said"), [
+    # keeps 9 bytes of an 8-byte body
+    ('{"q": 1}', splice(9, 0, b"x" * 4991), "keeps 9 + 0 bytes of the body"),
+    ("x" * 5000, splice(0, 0, b"x" * 5000), "compressed against itself"),
+    ("not stored", splice(0, 0, b"x" * 5000), "which the file does not hold"),
+    ('{"q": 1}', splice(0, 8, b"x" * 4000), "says its new bytes are 4992 but 4000 are stored"),
+])
+def test_a_splice_that_lies_is_refused(run_path: Path, tmp_path: Path, ref: str, payload: bytes,
+                                       said: str) -> None:
+    digest = blobs.blob_hash(b"x" * 5000)
+    edit(run_path, "UPDATE blobs SET codec = 'splice', ref = ?, depth = 1, data = ? WHERE hash = ?",
+         params=(blobs.blob_hash(ref.encode()), payload, digest))
+    refused(run_path, tmp_path / "replays", said, "damaged or was edited")
+
+
+def test_a_splice_reads_back_from_its_reference(run_path: Path, tmp_path: Path) -> None:
+    """The same row, told the truth: 5000 bytes spliced from nothing kept
+    of '{"q": 1}' (the lies above are refused for what they say, not for
+    the codec)."""
+    digest = blobs.blob_hash(b"x" * 5000)
+    edit(run_path, "UPDATE blobs SET codec = 'splice', ref = ?, depth = 1, data = ? WHERE hash = ?",
+         params=(blobs.blob_hash(b'{"q": 1}'), splice(1, 0, b"x" * 4999), digest))
+    refused(run_path, tmp_path / "replays", "does not have the hash")  # '{' + 4999 x
+    edit(run_path, "UPDATE blobs SET data = ? WHERE hash = ?",
+         params=(splice(0, 0, b"x" * 5000), digest))
+    read_everything(run_path, tmp_path / "replays")
+
+
+def test_a_codec_this_wiretape_does_not_know_names_a_newer_wiretape(run_path: Path,
+                                                                     tmp_path: Path) -> None:
+    edit(run_path, "UPDATE blobs SET codec = 'lzma'")
+    line = refused(run_path, tmp_path / "replays", "codec 'lzma', which this wiretape does not "
+                   "read (a newer wiretape may have written it: read the run with that one)")
+    assert "damaged" not in line
+
+
 def test_a_body_that_is_not_its_hash_is_refused(run_path: Path, tmp_path: Path) -> None:
     digest = blobs.blob_hash(b'{"q": 1}')
     edit(run_path, "UPDATE blobs SET data = ? WHERE hash = ?", params=(b'{"q": 2}', digest))
@@ -300,7 +344,7 @@ def test_a_raw_body_shorter_than_it_says_is_refused(run_path: Path, tmp_path: Pa
      "import_notes' is not JSON"),
     ("UPDATE origins SET port = 'eighty'", "origin 'openai': its port is text"),
     ("UPDATE origins SET env_vars = '{}'", "its variables is an object, not a list"),
-    ("UPDATE blobs SET codec = 'lzma'", "unknown codec"),
+    ("UPDATE blobs SET codec = X'7a'", "has no valid codec (bytes)"),
     ("UPDATE blobs SET size = 'big'", "has no valid size"),
     ("INSERT INTO redactions VALUES (0, 'request-header', x'35', 'ab')",
      "a redaction's name is bytes"),

@@ -142,6 +142,48 @@ def test_scrub_rewrites_every_place_and_leaves_a_whole_run(tmp_path: Path) -> No
                                                                  "openai-key")]
 
 
+def test_scrub_rewrites_a_conversation_stored_as_splices(tmp_path: Path) -> None:
+    """A recorded conversation resent whole each turn: each request body is
+    stored spliced from the one before. NAME in its first message is in
+    every body; scrubbed, every body reads back without it, stored spliced
+    again."""
+    path = tmp_path / "grown.wtape"
+    info = RunInfo(run_id="run_0123456789ab", wiretape_version="0.0.1", argv=("agent",),
+                   cwd="/tmp/project", env_names=(), origins=(), started_at_ns=1)
+    run = RunFile.create(path, info)
+    messages = [{"role": "user", "content": f"we work for {NAME.decode()}. " + "more " * 4000}]
+    for turn in range(4):
+        messages.append({"role": "tool", "content": f"turn {turn}: " + "output " * 300})
+        body = json.dumps({"messages": messages, "model": "m", "tools": ["grep"]}).encode()
+        run.write_exchange(Exchange(turn, 1, "openai", turn + 1,
+                                    Request(b"POST", b"/v1/chat/completions", (), body),
+                                    Response(200, b"OK", (), (Frame(1, b'{"ok": true}'),)),
+                                    Ending.COMPLETE, 1, 2), compress_later=True)
+    run.close(compact=True)
+
+    def request_codecs() -> list[str]:
+        db = sqlite3.connect(path)
+        try:
+            return [c for (c,) in db.execute("SELECT codec FROM exchanges JOIN blobs ON "
+                                             "hash = request_body ORDER BY seq")]
+        finally:
+            db.close()
+
+    with RunFile.open(path) as rf:
+        before = [e.request.body for e in rf.exchanges()]
+    assert request_codecs() == ["zstd", "splice", "splice", "splice"]
+    rules, labels = rules_for([NAME.decode()], None)
+    report = scrub_run(path, rules, labels)
+    assert report.counts["request bodies"] == 4
+    assert_nowhere(path, [NAME])
+    with RunFile.open(path) as rf:
+        after = [e.request.body for e in rf.exchanges()]
+    assert [b.count(b"<redacted") for b in after] == [1, 1, 1, 1]
+    assert [b.split(b"<redacted", 1)[0] for b in after] == [
+        b.split(NAME, 1)[0] for b in before]
+    assert request_codecs() == ["zstd", "splice", "splice", "splice"]
+
+
 def test_scrub_to_another_file_leaves_the_run_alone(tmp_path: Path) -> None:
     run, out = tmp_path / "old.wtape", tmp_path / "clean.wtape"
     _old_run(run)

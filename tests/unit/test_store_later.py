@@ -113,8 +113,8 @@ def test_a_body_committed_raw_reads_back_the_same_before_and_after_compression(
     assert set(after) == set(before)  # the same hashes: rows changed in place
     # Each request against the one before it; a response on its own.
     assert after[requests[0]][:3] == ("zstd", None, 0)
-    assert after[requests[1]][:3] == ("zstd-ref", requests[0], 1)
-    assert after[requests[2]][:3] == ("zstd-ref", requests[1], 2)
+    assert after[requests[1]][:3] == ("splice", requests[0], 1)
+    assert after[requests[2]][:3] == ("splice", requests[1], 2)
     assert after[requests[2]][3] < len(bodies[2]) - len(bodies[1])  # about its new bytes
     response = sha(written[0].response.body)  # type: ignore[union-attr]
     assert after[response][0] == "zstd"
@@ -164,7 +164,7 @@ def test_writing_against_the_previous_body_never_reads_it_back(
         for i, body in enumerate(bodies):
             run.write_exchange(exchange(i, body))  # compressed at once
     kept = stored_blobs(tmp_path / "r.wtape")
-    assert kept[sha(bodies[2])][:3] == ("zstd-ref", sha(bodies[1]), 2)
+    assert kept[sha(bodies[2])][:3] == ("splice", sha(bodies[1]), 2)
     assert [e.request.body for e in run.exchanges()] == bodies
     run.close()
 
@@ -194,7 +194,7 @@ def test_a_body_whose_dictionary_changed_meanwhile_stays_raw(tmp_path: Path) -> 
     for body in (first, second):
         assert blobs.put_raw(db, body, sha(body))
     packed = blobs.Packer().pack(second, blobs.Reference(sha(first), first, 0))
-    assert packed[:3] == ("zstd-ref", sha(first), 1)
+    assert packed[:3] == ("splice", sha(first), 1)
     db.execute("UPDATE blobs SET depth = 5 WHERE hash = ?", (sha(first),))
     assert not blobs.recompress(db, sha(second), len(second), packed)
     db.execute("UPDATE blobs SET depth = 0 WHERE hash = ?", (sha(first),))
@@ -226,7 +226,7 @@ async def test_the_recorder_commits_then_compresses_and_aclose_waits(
     assert [seq for seq, f in facts if f.location == "request-body"] == [0, 1, 1, 2, 2, 2]
     stored = [sha(e.request.body) for e in exchanges]
     assert [kept[h][:3] for h in stored] == [
-        ("zstd", None, 0), ("zstd-ref", stored[0], 1), ("zstd-ref", stored[1], 2)]
+        ("zstd", None, 0), ("splice", stored[0], 1), ("splice", stored[1], 2)]
 
 
 @in_loop
@@ -285,7 +285,7 @@ def test_a_request_packed_ahead_is_committed_compressed_when_its_dictionary_hold
     run.write_exchange(exchange(1, bodies[1]), compress_later=True, request_packed=packed)
     # Stored compressed by the commit itself (nothing was handed to the
     # background thread yet).
-    assert stored_blobs(path)[sha(bodies[1])][:3] == ("zstd-ref", sha(bodies[0]), 1)
+    assert stored_blobs(path)[sha(bodies[1])][:3] == ("splice", sha(bodies[0]), 1)
     run.settle()
 
     # A dictionary no longer as it was packed against: the body goes raw,
@@ -298,7 +298,7 @@ def test_a_request_packed_ahead_is_committed_compressed_when_its_dictionary_hold
     assert stored_blobs(path)[sha(bodies[2])][0] == "raw"
     assert run.exchanges()[2].request.body == bodies[2]
     run.settle()
-    assert stored_blobs(path)[sha(bodies[2])][:3] == ("zstd-ref", sha(bodies[1]), 10)
+    assert stored_blobs(path)[sha(bodies[2])][:3] == ("splice", sha(bodies[1]), 10)
     run.close(compact=True)
     with open_run(path) as again:
         assert [e.request.body for e in again.exchanges()] == bodies
@@ -342,17 +342,17 @@ def test_small_bodies_are_compressed_by_the_commit_itself(tmp_path: Path) -> Non
 
 
 def test_a_request_whose_chain_is_at_its_limit_is_packed_ahead_alone(tmp_path: Path) -> None:
-    """A dictionary chain at ``MAX_REF_DEPTH`` gives no dictionary to pack
+    """A reference chain at ``MAX_REF_DEPTH`` gives nothing to pack
     against: the body is packed ahead with zstd alone (depth 0, a new chain),
     not left for the commit to store raw."""
     packer = blobs.Packer()
     system = os.urandom(20_000).hex().encode()  # what each turn resends
     bodies = [system + body for body in conversation(2)]
-    assert packer.pack_ahead(bodies[1], sha(bodies[1])) is None  # no dictionary yet: later
+    assert packer.pack_ahead(bodies[1], sha(bodies[1])) is None  # no reference yet: later
     packer.prepare(sha(bodies[0]), bodies[0], blobs.MAX_REF_DEPTH - 1)
     below = packer.pack_ahead(bodies[1], sha(bodies[1]))
     assert below is not None and (below.codec, below.ref, below.depth) == (
-        "zstd-ref", sha(bodies[0]), blobs.MAX_REF_DEPTH)
+        "splice", sha(bodies[0]), blobs.MAX_REF_DEPTH)
     packer.prepare(sha(bodies[0]), bodies[0], blobs.MAX_REF_DEPTH)
     alone = packer.pack_ahead(bodies[1], sha(bodies[1]))
     assert alone is not None and (alone.codec, alone.ref, alone.depth) == ("zstd", None, 0)
@@ -387,4 +387,4 @@ async def test_the_commit_never_waits_for_a_request_body_to_be_compressed(
     with open_run(tmp_path / "r.wtape") as again:
         assert [e.request.body for e in again.exchanges()] == bodies
     assert [kept[sha(b)][:3] for b in bodies] == [
-        ("zstd", None, 0), ("zstd-ref", sha(bodies[0]), 1)]  # compressed afterwards
+        ("zstd", None, 0), ("splice", sha(bodies[0]), 1)]  # compressed afterwards

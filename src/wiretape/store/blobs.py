@@ -1,10 +1,27 @@
 """Content-addressed, compressed body storage inside a run file.
 
-A body is stored once under the sha256 of its bytes. It is compressed with
-zstd; when a reference blob is given (the previous request body: agents
-resend their growing conversation), that blob's bytes are the compression
-dictionary, so a request that extends the previous one costs about its new
-bytes. Reference chains are capped so reading stays cheap.
+A body is stored once under the sha256 of its bytes. Agents resend their
+growing conversation, so a request body is mostly the previous one (its
+reference) with new messages spliced in: a long common start, the new
+bytes, then a common end (the tool list, the settings). Such a body is
+stored as a splice (codec ``splice``): a header saying how many bytes of
+the reference's start and end it keeps, then only the new bytes between
+them (zstd alone when that is smaller, else raw; the header says which).
+Finding the common start and end compares the two bodies in blocks
+(C-speed, linear in their size), so a splice costs about a memory
+comparison plus compressing the new bytes. A body the reference does not
+cover that well (the new bytes more than a quarter of it: a conversation
+compacted or rewritten, another conversation) is compressed with zstd
+against the reference's bytes as a raw-content dictionary (``zstd-ref``);
+else with zstd alone (``zstd``). Both reference codecs form chains
+(``depth``: the chain's length behind a body), capped at
+``MAX_REF_DEPTH`` so reading stays cheap; a body past the cap starts a new
+chain.
+
+A splice payload is ``_SPLICE`` (magic ``WTS1``, how the new bytes are
+stored: 0 raw, 1 zstd; the kept start's and end's lengths, unsigned 64-bit
+big-endian) followed by the new bytes as stored; the body is
+``ref[:start] + new + ref[len(ref) - end:]``.
 
 A body too large to hold while it is recorded is stored in parts
 (:func:`put_part`, :func:`put_parts`): each part its own compressed row
@@ -51,12 +68,34 @@ _LEVEL = 6
 #: on agent traffic (JSON text, a body extending the previous one) as small
 #: as level 6, and several times faster, so it is soon done.
 FAST_LEVEL = 3
-#: The largest body whose dictionary is made ready ahead (bytes): the
-#: ready form takes several times its size in memory, held until the next.
+#: The largest reference whose dictionary :meth:`Packer.pack_ahead` makes
+#: (bytes): the ready form takes several times its size in memory, held
+#: until the next.
 _PREPARE_MAX = 16 * 1024 * 1024
 #: A delta at most 1/_SURELY_SMALLER of its body is kept without trying
 #: zstd alone (which makes no text that small).
 _SURELY_SMALLER = 32
+#: A body is spliced from its reference when its new bytes are at most
+#: 1/_SPLICE_SHARE of it. Such a body is the previous turn plus a turn's
+#: messages: zstd-ref would store about those same new bytes compressed
+#: (some 5 % less: the conversation is their context), at several times
+#: the CPU (making the reference's dictionary ready, then matching the whole
+#: body against it). A turn adds about a tenth of a long conversation (the
+#: bench's sessions: 10 KiB to 1 MiB in 50 turns), two turns (a body packed
+#: against the one before the previous) about a fifth: both are spliced.
+#: Past a quarter, the edit is not one splice (a conversation compacted,
+#: rewritten, or another one), and the dictionary finds the reference's
+#: bytes wherever they moved.
+_SPLICE_SHARE = 4
+#: A splice's header: magic, how the new bytes are stored (_MIDDLE_RAW,
+#: _MIDDLE_ZSTD), and the bytes of the reference's start and end it keeps.
+_SPLICE = struct.Struct(">4sBQQ")
+_SPLICE_MAGIC = b"WTS1"
+_MIDDLE_RAW = 0
+_MIDDLE_ZSTD = 1
+#: The first block (bytes) compared when looking for a common start or end;
+#: each block that matches doubles the next, so a long match costs few steps.
+_BLOCK = 4096
 
 
 def blob_hash(data: bytes) -> str:
@@ -67,10 +106,11 @@ def put(db: sqlite3.Connection, data: bytes, ref: str | None = None, *,
         ref_data: bytes | None = None, packer: Packer | None = None) -> str:
     """Store ``data`` (if not already there), compressed, and return its hash.
 
-    ``ref`` names a stored blob to use as the dictionary; ``ref_data``: its
-    bytes, when the caller has them (else they are read back). ``packer``:
-    the compressors to use (default: this module's, one per thread). The
-    caller owns the transaction.
+    ``ref`` names a stored blob to store it against (spliced from it, or
+    its bytes as the dictionary); ``ref_data``: its bytes, when the caller
+    has them (else they are read back). ``packer``: the compressors to use
+    (default: this module's, one per thread). The caller owns the
+    transaction.
     """
     digest = blob_hash(data)
     if db.execute("SELECT 1 FROM blobs WHERE hash = ?", (digest,)).fetchone():
@@ -161,7 +201,7 @@ def put_raw(db: sqlite3.Connection, data: bytes, digest: str) -> bool:
 
 
 def ref_depth(db: sqlite3.Connection, digest: str) -> int | None:
-    """The length of the dictionary chain behind the stored blob ``digest``
+    """The length of the reference chain behind the stored blob ``digest``
     (0: it needs none), or None when there is no such blob (or its depth is
     not a number)."""
     row = db.execute("SELECT depth FROM blobs WHERE hash = ?", (digest,)).fetchone()
@@ -173,14 +213,14 @@ def recompress(db: sqlite3.Connection, digest: str, size: int,
     """Replace the raw bytes stored under ``digest`` (``size`` of them) by
     ``packed`` (what :meth:`Packer.pack` made of the same bytes: the hash
     stays the bytes' own, so every reader gets the same bytes back). Only a
-    blob still raw is changed, and only when the dictionary it names is
+    blob still raw is changed, and only when the reference it names is
     still at the depth it was packed against; True when it was changed.
     The caller owns the transaction."""
     codec, ref, depth, payload = packed
     if codec == "raw":
         return False
     if ref is not None and ref_depth(db, ref) != depth - 1:
-        return False  # its dictionary changed meanwhile: it stays raw (and correct)
+        return False  # its reference changed meanwhile: it stays raw (and correct)
     cur = db.execute(
         "UPDATE blobs SET codec = ?, ref = ?, depth = ?, data = ?"
         " WHERE hash = ? AND codec = 'raw' AND size = ?",
@@ -203,7 +243,7 @@ class Packed:
 
 def put_packed(db: sqlite3.Connection, packed: Packed) -> bool:
     """Store a body packed ahead of its transaction (if no blob has its hash
-    yet); False, storing nothing, when the dictionary it names is not
+    yet); False, storing nothing, when the reference it names is not
     stored at the depth it was packed against (the caller then stores it
     otherwise). The caller owns the transaction."""
     if packed.ref is not None and ref_depth(db, packed.ref) != packed.depth - 1:
@@ -218,29 +258,85 @@ def put_packed(db: sqlite3.Connection, packed: Packed) -> bool:
 @dataclass(frozen=True)
 class Reference:
     """A stored body to compress another against: its hash, its bytes and
-    the depth of its own dictionary chain."""
+    the depth of its own reference chain."""
 
     digest: str
     data: bytes
     depth: int
 
 
+def common_prefix(a: bytes, b: bytes, limit: int | None = None) -> int:
+    """The length (bytes) of the longest common start of ``a`` and ``b``,
+    at most ``limit``. Linear in that length, in C-speed comparisons: blocks
+    from ``_BLOCK`` bytes, doubling while they match, then halving within
+    the first block that does not."""
+    n = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
+    view = memoryview(b)
+    i, step = 0, _BLOCK
+    while i < n:
+        k = min(step, n - i)
+        if a.startswith(view[i:i + k], i):
+            i += k
+            step *= 2
+            continue
+        while k > 1:  # they differ within [i, i + k)
+            half = k // 2
+            if a.startswith(view[i:i + half], i):
+                i += half
+                k -= half
+            else:
+                k = half
+        return i
+    return n
+
+
+def common_suffix(a: bytes, b: bytes, limit: int | None = None) -> int:
+    """The length (bytes) of the longest common end of ``a`` and ``b``, at
+    most ``limit``; as :func:`common_prefix`, from the end."""
+    n = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
+    view = memoryview(b)
+    la, lb = len(a), len(b)
+    j, step = 0, _BLOCK  # a[la - j:] == b[lb - j:]
+    while j < n:
+        k = min(step, n - j)
+        if a.startswith(view[lb - j - k:lb - j], la - j - k):
+            j += k
+            step *= 2
+            continue
+        while k > 1:  # they differ within the k bytes before the matched end
+            half = k // 2
+            if a.startswith(view[lb - j - half:lb - j], la - j - half):
+                j += half
+                k -= half
+            else:
+                k = half
+        return j
+    return n
+
+
 class Packer:
-    """Compresses bodies: zstd, against a reference body when given (its
-    bytes are the dictionary). Its compressors are built once per thread,
-    and the dictionary of the body :meth:`prepare` was last given is made
-    ready ahead, so the next body compresses against it without that cost.
-    Safe to use from several threads."""
+    """Compresses bodies: spliced from a reference body when it covers most
+    of them, else zstd against the reference's bytes as a dictionary, else
+    zstd alone. Its compressors are built once per thread; the body
+    :meth:`pack_ahead` last packed, else the one :meth:`prepare` was last
+    given, is the reference of the next :meth:`pack_ahead` (its dictionary
+    made only when a body is not a splice of it). Safe to use from several
+    threads."""
 
     def __init__(self, level: int = _LEVEL) -> None:
         self._level = level
         self._local = threading.local()
         self._lock = threading.Lock()
-        #: the body last given to :meth:`prepare`: its hash, its dictionary
-        #: made ready, and the depth of its chain as stored
-        self._prepared: tuple[str, zstandard.ZstdCompressionDict, int] | None = None
+        #: the body last given to :meth:`prepare`, with its chain's depth as stored
+        self._prepared: Reference | None = None
         #: that body's chain is at ``MAX_REF_DEPTH``: the next body starts a new one
         self._chain_full = False
+        #: the body last packed ahead, with the depth it was packed at (None:
+        #: it was not packed; it is committed raw, its depth known later)
+        self._ahead: Reference | None = None
+        #: the dictionary last made (its body's hash, and it ready), kept
+        #: while that body is the one prepared or being packed against
+        self._dictionary_made: tuple[str, zstandard.ZstdCompressionDict] | None = None
 
     def _plain(self) -> zstandard.ZstdCompressor:
         compressor: zstandard.ZstdCompressor | None = getattr(self._local, "plain", None)
@@ -249,69 +345,126 @@ class Packer:
         return compressor
 
     def _dictionary(self, ref: Reference) -> zstandard.ZstdCompressionDict:
+        """``ref``'s bytes as a dictionary, ready to compress with: about
+        the cost of compressing them once, so made only when a body is not
+        a splice, and kept for the next such body."""
         with self._lock:
-            prepared = self._prepared
-        if prepared is not None and prepared[0] == ref.digest:
-            return prepared[1]
-        return zstandard.ZstdCompressionDict(ref.data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-
-    def prepare(self, digest: str, data: bytes, depth: int) -> None:
-        """Make the dictionary of ``data`` (stored under ``digest``, with a
-        chain of ``depth`` behind it) ready for the next body compressed
-        against it (:meth:`pack`, :meth:`pack_ahead`). CPU work, about the
-        cost of compressing ``data`` once: done off the path that waits."""
-        if not MIN_COMPRESS <= len(data) <= _PREPARE_MAX or depth >= MAX_REF_DEPTH:
-            with self._lock:
-                self._prepared = None
-                self._chain_full = depth >= MAX_REF_DEPTH
-            return
-        dictionary = zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+            made = self._dictionary_made
+        if made is not None and made[0] == ref.digest:
+            return made[1]
+        dictionary = zstandard.ZstdCompressionDict(
+            ref.data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         dictionary.precompute_compress(level=self._level)
         with self._lock:
-            self._prepared = (digest, dictionary, depth)
-            self._chain_full = False
+            self._dictionary_made = (ref.digest, dictionary)
+        return dictionary
+
+    def prepare(self, digest: str, data: bytes, depth: int) -> None:
+        """Make ``data`` (stored under ``digest``, with a chain of ``depth``
+        behind it) the reference of the next body :meth:`pack_ahead` packs.
+        Cheap: keeps the bytes; a dictionary is made only for a body that
+        is not a splice of them."""
+        with self._lock:
+            if depth >= MAX_REF_DEPTH or len(data) < MIN_COMPRESS:
+                self._prepared = None
+                self._chain_full = depth >= MAX_REF_DEPTH
+            else:
+                self._prepared = Reference(digest, data, depth)
+                self._chain_full = False
+            made = self._dictionary_made
+            if made is not None and made[0] != digest:
+                self._dictionary_made = None  # (its memory: several times its body's)
 
     def pack_ahead(self, data: bytes, digest: str) -> Packed | None:
-        """``data`` (whose hash is ``digest``) compressed against the body
-        last prepared (:meth:`prepare`), when that makes it far smaller:
-        cheap, as that dictionary is ready. When that body's chain is at
-        ``MAX_REF_DEPTH`` (no dictionary will come), zstd alone, when that
-        is smaller. None when neither (no dictionary ready yet: the body is
-        then compressed later, against the previous one), or under
+        """``data`` (whose hash is ``digest``) as stored against the body
+        before it: the one this last packed ahead, at the depth it packed
+        it at (the usual case: by the time ``data`` is committed, that body
+        is, as packed; :func:`put_packed` checks it), else the one last
+        prepared (:meth:`prepare`). Spliced from it (cheap: a memory
+        comparison and the new bytes compressed), else compressed against
+        it when that makes it far smaller. When that body's chain is at
+        ``MAX_REF_DEPTH``, zstd alone (a new chain), when that is smaller.
+        None when none of these (nothing to pack against: the body is then
+        compressed later, against the previous one), or under
         ``MIN_COMPRESS``."""
-        with self._lock:
-            prepared, chain_full = self._prepared, self._chain_full
-        if len(data) < MIN_COMPRESS or (prepared is None and not chain_full):
+        if len(data) < MIN_COMPRESS:
             return None
-        if prepared is None:
+        with self._lock:
+            ref, chain_full, ahead = self._prepared, self._chain_full, self._ahead
+        if ahead is not None and ahead.digest != digest and (
+                ref is None or ahead.digest != ref.digest):
+            ref, chain_full = (None, True) if ahead.depth >= MAX_REF_DEPTH else (ahead, False)
+        packed = self._pack_ahead(data, digest, ref, chain_full)
+        with self._lock:  # the next body's reference, unless this one is not packed
+            self._ahead = Reference(digest, data, packed.depth) if packed is not None else None
+        return packed
+
+    def _pack_ahead(self, data: bytes, digest: str, ref: Reference | None,
+                    chain_full: bool) -> Packed | None:
+        if ref is None:
+            if not chain_full:
+                return None
             payload = self._plain().compress(data)
             return Packed(digest, len(data), "zstd", None, 0, payload) if len(
                 payload) < len(data) else None
-        ref, dictionary, depth = prepared
-        delta = zstandard.ZstdCompressor(level=self._level, dict_data=dictionary).compress(data)
+        if ref.digest == digest:
+            return None  # the same body: stored already
+        spliced = self._splice(data, ref)
+        if spliced is not None:
+            return Packed(digest, len(data), "splice", ref.digest, ref.depth + 1, spliced)
+        if len(ref.data) > _PREPARE_MAX:
+            return None  # (its dictionary would take several times its size)
+        delta = zstandard.ZstdCompressor(
+            level=self._level, dict_data=self._dictionary(ref)).compress(data)
         if len(delta) * _SURELY_SMALLER > len(data):
             return None
-        return Packed(digest, len(data), "zstd-ref", ref, depth + 1, delta)
+        return Packed(digest, len(data), "zstd-ref", ref.digest, ref.depth + 1, delta)
 
     def pack(self, data: bytes, ref: Reference | None = None,
              ) -> tuple[str, str | None, int, bytes]:
         """``data`` as stored: (codec, the reference's hash or None, depth,
         payload). Raw below 64 bytes; against ``ref`` when its chain is
-        short enough and that is smaller than zstd alone (a body that
-        extends ``ref`` costs about its new bytes)."""
+        short enough: spliced from it when it covers all but at most a
+        quarter of ``data``, else compressed against it when that is
+        smaller than zstd alone (a body that extends ``ref`` costs about its
+        new bytes)."""
         if len(data) < MIN_COMPRESS:
             return "raw", None, 0, data
         delta = None
         if ref is not None and ref.depth < MAX_REF_DEPTH:
-            delta = zstandard.ZstdCompressor(
-                level=self._level, dict_data=self._dictionary(ref)).compress(data)
-            if len(delta) * _SURELY_SMALLER <= len(data):
+            spliced = self._splice(data, ref)
+            if spliced is not None:
+                # zstd alone holds the new bytes too, with all the others.
+                return "splice", ref.digest, ref.depth + 1, spliced
+            if ref.data != data:
+                delta = zstandard.ZstdCompressor(
+                    level=self._level, dict_data=self._dictionary(ref)).compress(data)
+            if delta is not None and len(delta) * _SURELY_SMALLER <= len(data):
                 # Far below what zstd alone makes of any text: not worth trying.
                 return "zstd-ref", ref.digest, ref.depth + 1, delta
         payload = self._plain().compress(data)
         if ref is not None and delta is not None and len(delta) < len(payload):
             return "zstd-ref", ref.digest, ref.depth + 1, delta
         return "zstd", None, 0, payload
+
+    def _splice(self, data: bytes, ref: Reference) -> bytes | None:
+        """``data`` as a splice of ``ref`` (header and new bytes), or None
+        when the new bytes are more than 1/_SPLICE_SHARE of it, or it is
+        ``ref`` itself (a body never refers to itself)."""
+        prefix = common_prefix(ref.data, data)
+        if prefix == len(data) == len(ref.data):
+            return None
+        suffix = common_suffix(ref.data, data, min(len(ref.data), len(data)) - prefix)
+        middle = len(data) - prefix - suffix
+        if middle * _SPLICE_SHARE > len(data):
+            return None
+        new = data[prefix:len(data) - suffix]
+        how = _MIDDLE_RAW
+        if len(new) >= MIN_COMPRESS:
+            squeezed = self._plain().compress(new)
+            if len(squeezed) < len(new):
+                new, how = squeezed, _MIDDLE_ZSTD
+        return _SPLICE.pack(_SPLICE_MAGIC, how, prefix, suffix) + new
 
 
 _PACKER = Packer()
@@ -322,16 +475,22 @@ class BlobError(ValueError):
     another length than stored, a broken chain, bytes that are not its hash."""
 
 
+class UnknownCodecError(BlobError):
+    """A stored body with a codec this wiretape does not know: written by a
+    newer one (or edited)."""
+
+
 def get(db: sqlite3.Connection, digest: str, cache: dict[str, bytes] | None = None, *,
         limit: int = MAX_BLOB_BYTES) -> bytes:
     """The bytes stored under ``digest``, at most ``limit`` of them.
 
     A run file is untrusted: the declared size is checked against the limit
     before anything is decompressed, decompression streams and stops at the
-    declared size (a zstd bomb costs at most ``limit`` bytes), a dictionary
+    declared size (a zstd bomb costs at most ``limit`` bytes), a reference
     chain is followed at most MAX_REF_DEPTH links whatever the file says,
     and what comes out must have the declared size and hash. Raises KeyError
-    when absent, BlobError when it cannot be read.
+    when absent, BlobError when it cannot be read (UnknownCodecError: its
+    codec is not one this wiretape reads).
     """
     return _get(db, digest, cache, limit, set())
 
@@ -366,21 +525,70 @@ def _get(db: sqlite3.Connection, digest: str, cache: dict[str, bytes] | None, li
     elif codec in ("zstd", "zstd-ref"):
         dictionary = None
         if codec == "zstd-ref":
-            if not isinstance(ref, str):
-                raise BlobError(f"body {_short(digest)} names no dictionary body")
             dictionary = zstandard.ZstdCompressionDict(
-                _get(db, ref, cache, limit, chain | {digest}),
+                _reference(db, digest, ref, cache, limit, chain),
                 dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         data = _decompress(payload, size, dictionary, digest)
+    elif codec == "splice":
+        data = _unsplice(db, digest, size, ref, payload, cache, limit, chain)
     elif codec == "parts":
         data = _join_parts(db, digest, size, ref, payload)
+    elif isinstance(codec, str):
+        raise UnknownCodecError(f"body {_short(digest)} is stored with the codec {codec[:20]!r}, "
+                                "which this wiretape does not read (a newer wiretape may have "
+                                "written it: read the run with that one)")
     else:
-        raise BlobError(f"body {_short(digest)} has an unknown codec ({_kind(codec)})")
+        raise BlobError(f"body {_short(digest)} has no valid codec ({_kind(codec)})")
     if blob_hash(data) != digest:
         raise BlobError(f"body {_short(digest)} does not have the hash it is stored under")
     if cache is not None:
         cache[digest] = data
     return data
+
+
+def _reference(db: sqlite3.Connection, digest: str, ref: object,
+               cache: dict[str, bytes] | None, limit: int, chain: set[str]) -> bytes:
+    """The bytes of the body ``ref`` that the body ``digest`` is stored
+    against (a dictionary or a splice's source), read within the same
+    bounds, one more link in ``chain``."""
+    if not isinstance(ref, str):
+        raise BlobError(f"body {_short(digest)} names no body it is stored against")
+    try:
+        return _get(db, ref, cache, limit, chain | {digest})
+    except KeyError:
+        raise BlobError(f"body {_short(digest)} is stored against the body {_short(ref)}, "
+                        "which the file does not hold") from None
+
+
+def _unsplice(db: sqlite3.Connection, digest: str, size: int, ref: object, payload: bytes,
+              cache: dict[str, bytes] | None, limit: int, chain: set[str]) -> bytes:
+    """The body ``digest`` (``size`` bytes, within the limit already) that
+    ``payload`` splices from the body ``ref``: the header checked against
+    ``size`` before ``ref`` is read and against ``ref``'s length after, the
+    new bytes decompressed to at most their own length."""
+    what = f"body {_short(digest)}"
+    if len(payload) < _SPLICE.size or not payload.startswith(_SPLICE_MAGIC):
+        raise BlobError(f"{what} is stored as a splice but its header is malformed")
+    _, how, prefix, suffix = _SPLICE.unpack_from(payload)
+    if how not in (_MIDDLE_RAW, _MIDDLE_ZSTD):
+        raise BlobError(f"{what} is stored as a splice but says its new bytes are stored in an "
+                        f"unknown way ({how})")
+    if prefix + suffix > size:
+        raise BlobError(f"{what} says it is {size} bytes but keeps {prefix} + {suffix} bytes of "
+                        "the body it is spliced from")
+    base = _reference(db, digest, ref, cache, limit, chain)
+    if prefix + suffix > len(base):
+        raise BlobError(f"{what} keeps {prefix} + {suffix} bytes of the body {_short(ref)} it "
+                        f"is spliced from, which has {len(base)}")
+    new_size = size - prefix - suffix
+    stored = payload[_SPLICE.size:]
+    if how == _MIDDLE_ZSTD:
+        new = _decompress(stored, new_size, None, digest, f"{what} (its new bytes)")
+    elif len(stored) != new_size:
+        raise BlobError(f"{what} says its new bytes are {new_size} but {len(stored)} are stored")
+    else:
+        new = stored
+    return b"".join((base[:prefix], new, base[len(base) - suffix:]))
 
 
 def _join_parts(db: sqlite3.Connection, digest: str, size: int, token: object,
@@ -422,13 +630,14 @@ def _join_parts(db: sqlite3.Connection, digest: str, size: int, token: object,
 
 
 def _decompress(payload: bytes, size: int, dictionary: zstandard.ZstdCompressionDict | None,
-                digest: str) -> bytes:
+                digest: str, what: str | None = None) -> bytes:
+    what = what or f"body {_short(digest)}"
     try:
         declared = zstandard.frame_content_size(payload)
     except zstandard.ZstdError as exc:
-        raise BlobError(f"body {_short(digest)} is not zstd data ({exc})") from exc
+        raise BlobError(f"{what} is not zstd data ({exc})") from exc
     if declared not in (-1, size):  # -1: the frame does not say
-        raise BlobError(f"body {_short(digest)} says it is {size} bytes but its compressed "
+        raise BlobError(f"{what} says it is {size} bytes but its compressed "
                         f"frame says {declared}")
     decompressor = (zstandard.ZstdDecompressor(dict_data=dictionary, max_window_size=_MAX_WINDOW)
                     if dictionary is not None
@@ -442,10 +651,10 @@ def _decompress(payload: bytes, size: int, dictionary: zstandard.ZstdCompression
                     break
                 out += chunk
     except zstandard.ZstdError as exc:
-        raise BlobError(f"body {_short(digest)} cannot be decompressed ({exc})") from exc
+        raise BlobError(f"{what} cannot be decompressed ({exc})") from exc
     if len(out) != size:
         more = "more" if len(out) > size else str(len(out))
-        raise BlobError(f"body {_short(digest)} says it is {size} bytes but decompresses to "
+        raise BlobError(f"{what} says it is {size} bytes but decompresses to "
                         f"{more}")
     return bytes(out)
 

@@ -133,7 +133,7 @@ def _one_line(text: str) -> str:
 
 
 def _as_input_error(path: Path, exc: BaseException) -> RunFileError:
-    if isinstance(exc, LogError):
+    if isinstance(exc, LogError | blobs.UnknownCodecError):
         return RunFileError(path, _one_line(str(exc)))
     if isinstance(exc, KeyError):
         reason = f"it names a body it does not hold ({str(exc.args[0])[:12]!r})"
@@ -206,7 +206,7 @@ class RunFile:
         self._replay_logs = replay_logs
         self._lock = threading.RLock()
         self._cache: dict[str, bytes] = {}
-        #: the last request body committed (hash, bytes): the next one's dictionary
+        #: the last request body committed (hash, bytes): the next one's reference
         self._last_request: tuple[str, bytes] | None = None
         self._packer = blobs.Packer()
         self._background_packer = blobs.Packer(blobs.FAST_LEVEL)
@@ -215,10 +215,15 @@ class RunFile:
         self._background: concurrent.futures.ThreadPoolExecutor | None = None
         self._queued: concurrent.futures.Future[None] | None = None
         #: bodies committed raw, not yet handed to it (``start_compressing``):
-        #: per exchange, (hash, bytes, reference) of each, and its request
+        #: per exchange, (hash, bytes, reference) of each, its request, and
+        #: that request's number (in commit order)
         self._deferred: list[tuple[list[tuple[str, bytes, blobs.Reference | None]],
-                                   tuple[str, bytes]]] = []
-        #: guards the three above: held only to hand work over, never by a write
+                                   tuple[str, bytes], int]] = []
+        #: request bodies committed with ``compress_later``, and the number of
+        #: the one last made the reference of the next (``_refer_to``)
+        self._requests = 0
+        self._referred = 0
+        #: guards the five above: held only to hand work over, never by a write
         self._deferred_lock = threading.Lock()
         self._closing = False
         self._checkpoints_deferred = False
@@ -498,11 +503,12 @@ class RunFile:
 
     def pack_request(self, body: bytes, digest: str) -> blobs.Packed | None:
         """A request body (whose sha256 hex is ``digest``) compressed ahead
-        of its commit against the last request body whose dictionary the
-        background thread made ready (a growing conversation: about its new
-        bytes, in well under a millisecond), for ``write_exchange(...,
-        request_packed=)``; None when that does not help. Takes no lock a
-        write holds: for a worker thread, as soon as the request is in."""
+        of its commit against the request body before it
+        (:meth:`blobs.Packer.pack_ahead`; a growing conversation: spliced,
+        about its new bytes, in well under a millisecond), for
+        ``write_exchange(..., request_packed=)``; None when that does not
+        help. Takes no lock a write holds: for a worker thread, as soon as
+        the request is in."""
         try:
             return self._background_packer.pack_ahead(body, digest)
         except (zstandard.ZstdError, MemoryError):
@@ -524,7 +530,7 @@ class RunFile:
         process killed before leaves a correct, bigger file.
         ``request_digest``: the sha256 hex of the request's body, when the
         caller has it; ``request_packed``: that body as :meth:`pack_request`
-        made it (stored so when its dictionary is as it was, else raw).
+        made it (stored so when its reference is as it was, else raw).
         Raises RunFileWriteError.
         """
         resp = exchange.response
@@ -562,12 +568,12 @@ class RunFile:
         if compress_later:
             self._defer_checkpoints()
         with self._write() as db:
-            req_blob, written = self._put_request(db, exchange.request, later, compress_later,
-                                                  digest, packed)
+            req_blob, written, final = self._put_request(db, exchange.request, later,
+                                                         compress_later, digest, packed)
             resp_blob = put_response(db, later)
             _insert_exchange(db, exchange, req_blob, resp_blob, frames, redactions)
         self._committed(req_blob, exchange.request.body, later, compress_later,
-                        written + response_bytes)
+                        written + response_bytes, final)
 
     def _defer_checkpoints(self) -> None:
         """From the first ``compress_later`` write on, checkpoints are the
@@ -580,38 +586,58 @@ class RunFile:
     def _put_request(self, db: sqlite3.Connection, req: Request,
                      later: list[tuple[str, bytes, blobs.Reference | None]],
                      compress_later: bool, digest: str | None,
-                     packed: blobs.Packed | None) -> tuple[str, int]:
+                     packed: blobs.Packed | None) -> tuple[str, int, int | None]:
         """Store a request body in the caller's transaction, as
         :meth:`write_exchange` says; a body to compress afterwards is added
-        to ``later``. Returns its hash and about the bytes it adds to the
-        WAL."""
+        to ``later``. Returns its hash, about the bytes it adds to the WAL,
+        and the depth of its reference chain when that is final (it was
+        stored packed ahead: the next body may refer to it at once)."""
         previous = self._last_request
         if not compress_later:
             return blobs.put(db, req.body, ref=previous[0] if previous else None,
                              ref_data=previous[1] if previous else None,
-                             packer=self._packer), len(req.body)
+                             packer=self._packer), len(req.body), None
         req_blob = digest or blobs.blob_hash(req.body)
         if (packed is not None and packed.digest == req_blob and packed.size == len(req.body)
                 and blobs.put_packed(db, packed)):
-            return req_blob, len(packed.payload)  # stored as it will stay
-        if len(req.body) < _COMPRESS_NOW:  # (on its own: no dictionary to wait for)
-            return blobs.put(db, req.body, packer=self._background_packer), len(req.body)
+            # stored as it will stay (or it was stored already: its depth is read)
+            depth = blobs.ref_depth(db, req_blob)
+            return req_blob, len(packed.payload), depth
+        if len(req.body) < _COMPRESS_NOW:  # (on its own: no reference to wait for)
+            return blobs.put(db, req.body, packer=self._background_packer), len(req.body), None
         if blobs.put_raw(db, req.body, req_blob) and len(req.body) >= blobs.MIN_COMPRESS:
             ref = blobs.Reference(previous[0], previous[1], 0) if previous is not None else None
             later.append((req_blob, req.body, ref))
-        return req_blob, len(req.body)
+        return req_blob, len(req.body), None
 
     def _committed(self, req_blob: str, req_body: bytes,
                    later: list[tuple[str, bytes, blobs.Reference | None]],
-                   compress_later: bool, written: int) -> None:
-        """After a commit: only a committed body is a dictionary for the
-        next one; what was committed raw waits for :meth:`start_compressing`."""
+                   compress_later: bool, written: int, final: int | None) -> None:
+        """After a commit: only a committed body is the reference of the
+        next one: at once when its depth is ``final``, else once the
+        background thread has compressed it (its depth is then known); what
+        was committed raw waits for :meth:`start_compressing`."""
         self._last_request = (req_blob, req_body)
         if compress_later:
             with self._deferred_lock:
-                if later or len(req_body) >= _COMPRESS_NOW:  # (a dictionary to make ready)
-                    self._deferred.append((later, self._last_request))
+                self._requests += 1
+                if final is not None:
+                    self._refer_to(self._requests, req_blob, req_body, final)
+                    if later:
+                        self._deferred.append((later, self._last_request, 0))
+                elif later or len(req_body) >= _COMPRESS_NOW:  # (a reference to make ready)
+                    self._deferred.append((later, self._last_request, self._requests))
                 self._unfolded += written + _ROW_BYTES
+
+    def _refer_to(self, number: int, digest: str, body: bytes, depth: int) -> None:
+        """Make request body ``number`` (``digest``, ``body``, its chain
+        ``depth`` as stored) the reference :meth:`pack_request` packs the
+        next body against, unless a later one is already (the background
+        thread may come to an earlier one after a commit made a later one
+        the reference). Cheap; the caller holds ``_deferred_lock``."""
+        if number > self._referred:
+            self._referred = number
+            self._background_packer.prepare(digest, body, depth)
 
     def start_compressing(self) -> None:
         """Start compressing, on the background thread, the bodies the
@@ -629,15 +655,15 @@ class RunFile:
             self._queued = self._background.submit(self._compress_all, jobs)
 
     def _compress_all(self, jobs: list[tuple[list[tuple[str, bytes, blobs.Reference | None]],
-                                             tuple[str, bytes]]]) -> None:
-        for bodies, request in jobs:
-            self._compress(bodies, request)
+                                             tuple[str, bytes], int]]) -> None:
+        for bodies, request, number in jobs:
+            self._compress(bodies, request, number)
 
     def _compress(self, bodies: list[tuple[str, bytes, blobs.Reference | None]],
-                  request: tuple[str, bytes]) -> None:
+                  request: tuple[str, bytes], number: int) -> None:
         """On the background thread: compress (holding no lock), then swap
         each raw body for its compressed form in one short transaction.
-        Bodies are queued in commit order, so a body's dictionary was
+        Bodies are queued in commit order, so a body's reference was
         compressed before it: the depth read here is final. A failure
         leaves the body raw: the file stays correct, only bigger; a write
         that fails for good shows in the next commit."""
@@ -654,12 +680,14 @@ class RunFile:
                 with self._write() as db:
                     for digest, size, result in packed:
                         blobs.recompress(db, digest, size, result)
-            # The next request body is compressed against this one: its
-            # dictionary is made ready now, while nothing waits.
-            with self._lock:
-                depth = blobs.ref_depth(self._db, request[0])
-            self._background_packer.prepare(request[0], request[1],
-                                            blobs.MAX_REF_DEPTH if depth is None else depth)
+            # The next request body is compressed against this one (request
+            # ``number``; 0: not a reference), now that its depth is known.
+            if number:
+                with self._lock:
+                    depth = blobs.ref_depth(self._db, request[0])
+                with self._deferred_lock:
+                    self._refer_to(number, request[0], request[1],
+                                   blobs.MAX_REF_DEPTH if depth is None else depth)
             with self._deferred_lock:
                 fold, self._unfolded = self._unfolded >= _FOLD_BYTES, (
                     0 if self._unfolded >= _FOLD_BYTES else self._unfolded)

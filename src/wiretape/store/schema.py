@@ -28,8 +28,11 @@ CREATE TABLE origins (
 CREATE TABLE blobs (
   hash TEXT PRIMARY KEY,          -- sha256 hex of the uncompressed bytes
   size INTEGER NOT NULL,          -- uncompressed bytes
-  codec TEXT NOT NULL,            -- 'raw', 'zstd', or 'zstd-ref' (ref's bytes as dictionary)
-  ref TEXT,                       -- hash of the dictionary blob for 'zstd-ref'
+  codec TEXT NOT NULL,            -- 'raw', 'zstd', 'zstd-ref' (ref's bytes as dictionary),
+                                  -- 'splice' (ref's start and end kept, new bytes between),
+                                  -- or 'parts'
+  ref TEXT,                       -- hash of the reference blob ('zstd-ref', 'splice'),
+                                  -- the part set's token ('parts')
   depth INTEGER NOT NULL DEFAULT 0,
   data BLOB NOT NULL
 );
