@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from support.wt import stored_verdict, verdict_line
 from wiretape.model import Ending, Opcode
 from wiretape.store.runfile import open_run
 from wiretape.testing import FakeProvider, TextTurn, ToolCall, ToolCallTurn
@@ -61,17 +62,6 @@ def seen(stdout: str) -> dict[str, Any]:
     found = [line[3:] for line in stdout.splitlines() if line.startswith("WS ")]
     assert len(found) == 1, stdout
     return json.loads(found[0])
-
-
-def verdict_line(stderr: str) -> str:
-    found = [line for line in stderr.splitlines() if line.startswith("wiretape: verdict ")]
-    assert len(found) == 1, stderr
-    return found[0]
-
-
-def stored_verdict(run: Path) -> dict[str, Any]:
-    done = wiretape("verdict", str(run), "--json", cwd=run.parent)
-    return json.loads(done.stdout)
 
 
 @pytest.fixture(scope="module")

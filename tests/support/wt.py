@@ -91,6 +91,18 @@ def verdict(run: str | Path, *, cwd: str | Path) -> dict[str, Any]:
     return json.loads(p.stdout[start:])
 
 
+def verdict_line(stderr: str) -> str:
+    """The one ``wiretape: verdict ...`` line of a replay's stderr."""
+    found = [line for line in stderr.splitlines() if line.startswith("wiretape: verdict ")]
+    assert len(found) == 1, stderr
+    return found[0]
+
+
+def stored_verdict(run: Path) -> dict[str, Any]:
+    """``wiretape verdict RUN --json`` of a run, run beside it."""
+    return verdict(run, cwd=run.parent)
+
+
 def load_run(run: str | Path):
     """(RunInfo, [Exchange]) of a run file."""
     from wiretape.store import open_run

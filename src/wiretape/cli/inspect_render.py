@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Sequence
-from typing import NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 import click
 
@@ -197,16 +197,22 @@ class MessageJSON(TypedDict):
     base64: NotRequired[str]
 
 
+def _text_or_base64(data: bytes) -> tuple[Literal["text", "base64"], str]:
+    """``data`` as JSON carries it: its text when UTF-8, else base64."""
+    try:
+        return "text", data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64", base64.b64encode(data).decode("ascii")
+
+
 def messages_json(exchange: Exchange) -> list[MessageJSON]:
     out: list[MessageJSON] = []
     for m in exchange.messages:
         item: MessageJSON = {"direction": m.direction, "opcode": m.opcode.value,
                              "offset_ns": m.offset_ns, "size": len(m.payload),
                              "close_code": m.close_code}
-        try:
-            item["text"] = m.payload.decode("utf-8")
-        except UnicodeDecodeError:
-            item["base64"] = base64.b64encode(m.payload).decode("ascii")
+        key, value = _text_or_base64(m.payload)
+        item[key] = value
         out.append(item)
     return out
 
@@ -225,10 +231,8 @@ def frames_json(exchange: Exchange) -> list[FrameJSON]:
     out: list[FrameJSON] = []
     for f in exchange.response.frames if exchange.response else ():
         frame: FrameJSON = {"offset_ns": f.offset_ns, "size": len(f.data)}
-        try:
-            frame["text"] = f.data.decode("utf-8")
-        except UnicodeDecodeError:
-            frame["base64"] = base64.b64encode(f.data).decode("ascii")
+        key, value = _text_or_base64(f.data)
+        frame[key] = value
         out.append(frame)
     return out
 
