@@ -9,8 +9,10 @@ client that drops without a close handshake are stored as what crossed.
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -148,6 +150,38 @@ def test_replay_serves_the_session_exact_with_the_provider_gone(recorded, run, t
     html = page.read_text()
     assert "WebSocket session: 25 messages (3 from the client, 22 from the server)" in html
     assert 'data-messages="3,0,0,0"' in html
+
+
+def test_the_report_marks_each_message_on_the_session_s_bar(recorded, tmp_path):
+    path, _ = recorded
+    page = tmp_path / "report.html"
+    done = wiretape("report", str(path), "-o", str(page), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    html = page.read_text()
+    with open_run(path) as rf:
+        (exchange,) = rf.exchanges()
+    # one bar (the only exchange spans the whole scale), a tick per message
+    # at its offset from the handshake's start, its class the direction
+    bar = html[html.index('<div class="wf-row link" data-goto="0"'):]
+    bar = bar[:bar.index('<div class="muted">')]
+    ticks = re.findall(r'<span class="wf-msg (client|server)" data-msg="(\d+)" '
+                       r'style="left:([0-9.]+)%" title="([^"]*)"></span>', bar)
+    assert len(ticks) == len(exchange.messages) == 25
+    for i, ((side, index, left, title), m) in enumerate(zip(ticks, exchange.messages,
+                                                            strict=True)):
+        assert (side, int(index)) == (m.direction, i)
+        assert left == f"{100 * m.offset_ns / exchange.duration_ns:.3f}"
+        arrow = "→ client" if m.direction == "client" else "← server"
+        code = "" if m.close_code is None else f" {m.close_code}"
+        assert html_lib.unescape(title).startswith(
+            f"#0 message {i} at +{m.offset_ns / 1e6:.0f} ms: {arrow} {m.opcode.value}{code}, "
+            f"{len(m.payload)} B")
+    first = html_lib.unescape(ticks[0][3])
+    assert first.endswith(': → client text, 103 B: {"type": "response.create", "model": '
+                          '"gpt-test", "input": [{"role": "user", "con…')
+    assert html_lib.unescape(ticks[-1][3]).endswith("← server close 1000, 4 B: done")
+    assert [t[0] for t in ticks].count("client") == 3
+    assert float(ticks[-1][2]) > float(ticks[1][2]) > float(ticks[0][2]) > 0
 
 
 def test_a_changed_message_diverges_at_its_json_pointer(run, tmp_path):
