@@ -10,7 +10,10 @@ The handshake goes out as the agent sent it (its key too, so the origin's
 ``Sec-WebSocket-Extensions``: nothing is compressed, what is kept is what
 the application saw. Control frames are relayed too (a ping reaches the
 other end, whose pong comes back); a close is answered by wiretape on the
-side that sent it (RFC 6455 §5.5.1) and passed on to the other.
+side that sent it (RFC 6455 §5.5.1) and passed on to the other; from the
+first close, the ends have the close timeout (``WIRETAPE_WS_CLOSE_TIMEOUT``)
+to finish the closing handshake, and one that never answers is
+disconnected and named in the session's ending.
 
 Only the recorder imports this module (it dials origins).
 """

@@ -12,7 +12,10 @@ the replay's lock (what the replay learned is shared with its HTTP
 exchanges), off the event loop when it is large. A strict replay that meets
 a mismatch closes the session with 1008 and the reason (RFC 6455 §7.4.1),
 and the replay stops; a missing message (nothing recorded answers it) ends
-the session so in any mode.
+the session so in any mode. Once a close crossed, a client that has not
+answered it and ended its stream within the close timeout
+(``WIRETAPE_WS_CLOSE_TIMEOUT``) is disconnected, the session's ``ending``
+saying so.
 """
 
 from __future__ import annotations
