@@ -50,3 +50,36 @@ def spool_bytes(environ: Mapping[str, str], default: int) -> int:
         raise ValueError(f"{SPOOL_BYTES_VARIABLE}={value} is below the least it may be, "
                          f"{MIN_SPOOL_BYTES} bytes (64 KiB): {todo}")
     return value
+
+
+#: The variable that sets how long a WebSocket closing handshake may take
+#: (seconds, a decimal number), and its default: the ``websockets``
+#: library's own ``close_timeout``.
+WS_CLOSE_TIMEOUT_VARIABLE = "WIRETAPE_WS_CLOSE_TIMEOUT"
+DEFAULT_WS_CLOSE_TIMEOUT = 10.0
+
+
+def ws_close_timeout(environ: Mapping[str, str],
+                     default: float = DEFAULT_WS_CLOSE_TIMEOUT) -> float:
+    """``WIRETAPE_WS_CLOSE_TIMEOUT`` from ``environ`` (seconds), else
+    ``default`` when it is unset or empty: from the first close frame of a
+    WebSocket session, how long its ends are given to finish the closing
+    handshake (RFC 6455 §7.1.2) before wiretape closes their connections.
+
+    Raises ValueError, its message one line (the value, the variable, what
+    to do; callers raise it as a UsageError), when it is not a number of
+    seconds above 0 (at most a day).
+    """
+    raw = environ.get(WS_CLOSE_TIMEOUT_VARIABLE, "")
+    text = raw.strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:  # (also NaN)
+        raise ValueError(f"{WS_CLOSE_TIMEOUT_VARIABLE}={raw!r} is not a number of seconds "
+                         f"above 0 (at most 86400): set it to one, such as 2.5, or unset it "
+                         f"for the default ({default:g} s)")
+    return value

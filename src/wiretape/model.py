@@ -444,6 +444,9 @@ class MessagesJSON(TypedDict):
 
     decisions: list[MessageDecisionJSON]
     unused: list[int]
+    #: how the session ended, when it was not a finished closing handshake
+    #: (a client that never answered a close), in words
+    ending: NotRequired[str]
 
 
 class ReplayRow(TypedDict):

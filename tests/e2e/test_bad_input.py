@@ -320,6 +320,22 @@ def test_spool_bytes_at_the_floor_records(ws):
     (ws.root / "floor.wtape").unlink()
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "1e9"])
+@pytest.mark.parametrize("command", ["record", "replay"])
+def test_bad_ws_close_timeout(ws, value, command):
+    """A bad WIRETAPE_WS_CLOSE_TIMEOUT (not seconds above 0, at most a day)
+    is refused at start-up, before any agent starts or any run file is made."""
+    marker = ws.root / "agent-started"
+    agent = ["--", "sh", "-c", f"touch {marker}"]
+    args = (["record", "--upstream", "openai=http://127.0.0.1:9/v1", *agent]
+            if command == "record" else ["replay", RUN_ID, *agent])
+    before = sorted(p.name for p in ws.root.glob("*.wtape"))
+    one_line_error(ws.wiretape(*args, extra_env={"WIRETAPE_WS_CLOSE_TIMEOUT": value}),
+                   "WIRETAPE_WS_CLOSE_TIMEOUT", repr(value), "seconds")
+    assert not marker.exists()
+    assert sorted(p.name for p in ws.root.glob("*.wtape")) == before
+
+
 @pytest.mark.parametrize("command", [["replay", RUN_ID, "--strict", "--diagnostic", "--", "true"],
                                      ["serve", "--replay", RUN_ID, "--strict", "--diagnostic"]])
 def test_strict_and_diagnostic_together(ws, command):

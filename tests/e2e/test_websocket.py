@@ -9,8 +9,10 @@ client that drops without a close handshake are stored as what crossed.
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from support.ws_origin import WsOrigin
 from support.wt import stored_verdict, verdict_line
 from wiretape.model import Ending, Opcode
 from wiretape.store.runfile import open_run
@@ -39,9 +42,10 @@ def env(key: str = "sk-ws-test") -> dict[str, str]:
     return out
 
 
-def wiretape(*args: str, cwd: Path, timeout: float = 90,
-             key: str = "sk-ws-test") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=cwd, env=env(key),
+def wiretape(*args: str, cwd: Path, timeout: float = 90, key: str = "sk-ws-test",
+             extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=cwd,
+                          env={**env(key), **(extra_env or {})},
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -138,6 +142,38 @@ def test_replay_serves_the_session_exact_with_the_provider_gone(recorded, run, t
     html = page.read_text()
     assert "WebSocket session: 25 messages (3 from the client, 22 from the server)" in html
     assert 'data-messages="3,0,0,0"' in html
+
+
+def test_the_report_marks_each_message_on_the_session_s_bar(recorded, tmp_path):
+    path, _ = recorded
+    page = tmp_path / "report.html"
+    done = wiretape("report", str(path), "-o", str(page), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    html = page.read_text()
+    with open_run(path) as rf:
+        (exchange,) = rf.exchanges()
+    # one bar (the only exchange spans the whole scale), a tick per message
+    # at its offset from the handshake's start, its class the direction
+    bar = html[html.index('<div class="wf-row link" data-goto="0"'):]
+    bar = bar[:bar.index('<div class="muted">')]
+    ticks = re.findall(r'<span class="wf-msg (client|server)" data-msg="(\d+)" '
+                       r'style="left:([0-9.]+)%" title="([^"]*)"></span>', bar)
+    assert len(ticks) == len(exchange.messages) == 25
+    for i, ((side, index, left, title), m) in enumerate(zip(ticks, exchange.messages,
+                                                            strict=True)):
+        assert (side, int(index)) == (m.direction, i)
+        assert left == f"{100 * m.offset_ns / exchange.duration_ns:.3f}"
+        arrow = "→ client" if m.direction == "client" else "← server"
+        code = "" if m.close_code is None else f" {m.close_code}"
+        assert html_lib.unescape(title).startswith(
+            f"#0 message {i} at +{m.offset_ns / 1e6:.0f} ms: {arrow} {m.opcode.value}{code}, "
+            f"{len(m.payload)} B")
+    first = html_lib.unescape(ticks[0][3])
+    assert first.endswith(': → client text, 103 B: {"type": "response.create", "model": '
+                          '"gpt-test", "input": [{"role": "user", "con…')
+    assert html_lib.unescape(ticks[-1][3]).endswith("← server close 1000, 4 B: done")
+    assert [t[0] for t in ticks].count("client") == 3
+    assert float(ticks[-1][2]) > float(ticks[1][2]) > float(ticks[0][2]) > 0
 
 
 def test_a_changed_message_diverges_at_its_json_pointer(run, tmp_path):
@@ -248,6 +284,123 @@ def test_a_message_over_the_cap_closes_the_session_with_1009_and_keeps_the_rest(
     clients = [m for m in exchange.messages if m.direction == "client"]
     assert len(clients) == 1 and b"add 2 and 3" in clients[0].payload
     assert "\n" not in (exchange.error or "")
+
+
+def test_an_origin_s_message_over_the_cap_closes_the_session_with_1009_and_keeps_the_rest(
+        tmp_path):
+    # The client's message is small; the origin's answer carries 3000 characters.
+    with FakeProvider([TextTurn("z" * 3000)]) as fp:
+        done = wiretape("record", "-o", "big.wtape", "--max-body", "2000", "--upstream",
+                        f"openai={fp.url}/v1", "--", sys.executable, CLIENT, "hello",
+                        cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = seen(done.stdout)
+    # what came before the oversized message reached the client; then 1009
+    assert got["types"] == ["response.created", "response.in_progress",
+                            "response.output_item.added", "response.content_part.added"]
+    assert got["close"] == [1009, "wiretape: the origin sent a message over the size limit"]
+    with open_run(tmp_path / "big.wtape") as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.ending is Ending.ORIGIN_RESET
+    error = exchange.error or ""
+    assert error.startswith("the origin sent what WebSocket forbids: PayloadTooBig: ")
+    assert error.endswith("(--max-body caps a WebSocket message too; raise it to record "
+                          "larger ones)")
+    assert "\n" not in error
+    kinds = [(m.direction, m.opcode) for m in exchange.messages]
+    assert kinds == [("client", Opcode.TEXT), *[("server", Opcode.TEXT)] * 4,
+                     ("client", Opcode.CLOSE)]
+    assert json.loads(exchange.messages[0].payload)["input"][0]["content"] == "hello"
+    assert [json.loads(m.payload)["type"] for m in exchange.messages[1:5]] == got["types"]
+    # one line says it
+    said = [line for line in done.stderr.splitlines() if "PayloadTooBig" in line]
+    assert said == [f"wiretape: exchange #0 origin_reset: {error}"], done.stderr
+
+
+RAW = str(Path(__file__).resolve().parent / "clients_ws" / "raw_close_client.py")
+#: A short closing-handshake timeout (seconds), so the tests need not wait 10 s.
+SHORT = {"WIRETAPE_WS_CLOSE_TIMEOUT": "0.5"}
+
+
+def raw_seen(stdout: str) -> dict[str, Any]:
+    found = [line[3:] for line in stdout.splitlines() if line.startswith("WS ")]
+    assert len(found) == 1, stdout
+    return json.loads(found[0])
+
+
+def test_a_client_that_never_answers_the_origin_s_close_is_closed_and_kept(tmp_path):
+    # The origin answers "hello" and closes (1000 bye); the client never
+    # answers the close, keeping its connection open and silent, until
+    # wiretape closes it: then it prints what it saw and exits.
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    with WsOrigin("closes") as origin:
+        done = wiretape("record", "-o", "silent.wtape", "--upstream",
+                        f"openai={origin.url}/v1", "--", sys.executable, RAW, "--silent",
+                        cwd=rec, timeout=60, extra_env=SHORT)
+    assert done.returncode == 0, done.stderr
+    got = raw_seen(done.stdout)
+    assert got == {"received": ["text echo: hello", "close 1000 bye"], "eof": True}
+    # wiretape answered the origin's close itself (its own code echoed)
+    assert origin.events == ["text hello", "close 1000 bye", "eof"]
+    with open_run(rec / "silent.wtape") as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.response is not None and exchange.response.status == 101
+    assert exchange.ending is Ending.TIMEOUT
+    assert exchange.error == ("the client did not answer the origin's WebSocket close "
+                              "(1000 'bye') within 0.5 s (WIRETAPE_WS_CLOSE_TIMEOUT); "
+                              "wiretape closed the connection")
+    assert [(m.direction, m.opcode, m.payload, m.close_code) for m in exchange.messages] == [
+        ("client", Opcode.TEXT, b"hello", None), ("server", Opcode.TEXT, b"echo: hello", None),
+        ("server", Opcode.CLOSE, b"bye", 1000)]
+    said = [line for line in done.stderr.splitlines() if "did not answer" in line]
+    assert said == [f"wiretape: exchange #0 timeout: {exchange.error}"], done.stderr
+    # Replayed with the origin gone, the same client gets the recorded close
+    # and again never answers: wiretape closes its connection after the
+    # timeout, and the session's decisions say so.
+    rep = wiretape("replay", "silent.wtape", "--", sys.executable, RAW, "--silent", cwd=rec,
+                   timeout=60, extra_env=SHORT)
+    assert rep.returncode == 0, rep.stderr
+    assert raw_seen(rep.stdout) == got
+    assert "messages: exact 1, diverged 0, missing 0, unused 0" in verdict_line(rep.stderr)
+    verdict = stored_verdict(rec / "silent.wtape")
+    assert verdict["pass"] is True
+    assert verdict["requests"][0]["detail"]["messages"] == {
+        "decisions": [{"index": 0, "kind": "exact", "recorded": 0, "opcode": "text",
+                       "size": 5}],
+        "unused": [],
+        "ending": "the client did not answer the recorded server's WebSocket close "
+                  "(1000 'bye') within 0.5 s (WIRETAPE_WS_CLOSE_TIMEOUT); wiretape closed "
+                  "the connection"}
+
+
+def test_an_origin_that_never_answers_the_client_s_close_is_closed_and_kept(tmp_path):
+    # The client says "hello", then closes (1000 done): wiretape answers it
+    # at once, passes it on, and the origin never answers, keeping its
+    # connection open and silent. The client stays until the origin saw its
+    # connection closed (the marker file), so the run outlives the timeout.
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    marker = tmp_path / "origin-saw-eof"
+    with WsOrigin("mute", eof_file=marker) as origin:
+        done = wiretape("record", "-o", "mute.wtape", "--upstream", f"openai={origin.url}/v1",
+                        "--", sys.executable, RAW, "--close", "--wait-for", str(marker),
+                        cwd=rec, timeout=60, extra_env=SHORT)
+    assert done.returncode == 0, done.stderr
+    got = raw_seen(done.stdout)
+    assert got == {"received": ["text echo: hello", "close 1000 done"], "eof": True}
+    assert origin.events == ["text hello", "close 1000 done", "eof"]
+    with open_run(rec / "mute.wtape") as rf:
+        (exchange,) = rf.exchanges()
+    assert exchange.ending is Ending.TIMEOUT
+    assert exchange.error == ("the origin did not answer the client's WebSocket close "
+                              "(1000 'done') within 0.5 s (WIRETAPE_WS_CLOSE_TIMEOUT); "
+                              "wiretape closed the connection")
+    assert [(m.direction, m.opcode, m.payload, m.close_code) for m in exchange.messages] == [
+        ("client", Opcode.TEXT, b"hello", None), ("server", Opcode.TEXT, b"echo: hello", None),
+        ("client", Opcode.CLOSE, b"done", 1000)]
+    said = [line for line in done.stderr.splitlines() if "did not answer" in line]
+    assert said == [f"wiretape: exchange #0 timeout: {exchange.error}"], done.stderr
 
 
 @pytest.fixture(scope="module")

@@ -148,7 +148,8 @@ def _intercept_arguments(intercept: bool, hosts: tuple[str, ...], upstream_ca: P
 @click.option("--port", "ports", multiple=True, metavar="[NAME=]N",
               help="Fixed proxy port for an origin (default: the first --upstream, else openai).")
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY, show_default=True,
-              help="Largest request body accepted, in bytes; larger gets 413.")
+              help="Largest request body (and WebSocket message) accepted, in bytes; a larger "
+                   "body gets 413, a larger message closes its session with 1009.")
 @click.option("--snapshot", "snapshot_paths", multiple=True, metavar="PATH",
               help="Tree to snapshot before the agent starts (default: the working directory; "
                    "~ allowed). Repeatable.")
@@ -366,7 +367,8 @@ def _confirm_recorded_command(path: Path) -> None:
 @click.option("--pace", type=click.Choice(["fast", "recorded"]), default="fast")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON on stdout.")
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY, show_default=True,
-              help="Largest request body accepted, in bytes; larger gets 413.")
+              help="Largest request body (and WebSocket message) accepted, in bytes; a larger "
+                   "body gets 413, a larger message closes its session with 1009.")
 @_allow_option
 @_intercept_options
 def serve(

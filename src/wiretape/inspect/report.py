@@ -30,6 +30,9 @@ from wiretape.redaction import redact_str
 #: Characters of a request message shown before the rest folds away.
 FOLD = 600
 
+#: Bytes of a WebSocket message's payload shown in its tick's title.
+TICK_BYTES = 80
+
 
 def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
@@ -77,16 +80,44 @@ def summary(info: RunInfo, path: str, rows: Sequence[TimelineRow], ledger: Ledge
             + "</div>")
 
 
-def waterfall(rows: Sequence[TimelineRow]) -> str:
+def _ticks(r: TimelineRow, messages: Sequence[WsMessage], first: int, span: int) -> str:
+    """A WebSocket session's messages as ticks on its bar: each at its
+    offset (from the handshake's start, ns) on the waterfall's scale, its
+    class the direction (``wf-msg client``: agent to origin; ``server``),
+    its title the direction, opcode (a close's code), size in bytes and
+    first bytes."""
+    out = []
+    for i, m in enumerate(messages):
+        left = min(max(100 * (r.offset_ns - first + m.offset_ns) / span, 0.0), 100.0)
+        code = "" if m.close_code is None else f" {m.close_code}"
+        head = m.payload[:TICK_BYTES].decode("utf-8", "backslashreplace")
+        more = "…" if len(m.payload) > TICK_BYTES else ""
+        title = (f"#{r.seq} message {i} at +{_ms(m.offset_ns)}: "
+                 f"{'→ client' if m.direction == 'client' else '← server'} "
+                 f"{m.opcode.value}{code}, {len(m.payload)} B{': ' if head else ''}{head}{more}")
+        out.append(f'<span class="wf-msg {"client" if m.direction == "client" else "server"}" '
+                   f'data-msg="{i}" style="left:{left:.3f}%" title="{_e(title)}"></span>')
+    return "".join(out)
+
+
+def waterfall(rows: Sequence[TimelineRow],
+              sessions: Mapping[int, Sequence[WsMessage]] | None = None) -> str:
     """Bars from the first request to the last byte: the agent's own start-up
-    before its first request is left out of the scale and stated apart."""
+    before its first request is left out of the scale and stated apart.
+    ``sessions``: the WebSocket messages by exchange seq, each drawn as a
+    tick on its session's bar (:func:`_ticks`)."""
     if not rows:
         return '<p class="muted">No exchange was recorded.</p>'
     first = min(r.offset_ns for r in rows)
     span = max(max(r.offset_ns + r.duration_ns for r in rows) - first, 1)
+    sessions = sessions or {}
+    marked = any(sessions.get(r.seq) for r in rows)
     out = [(f'<div class="legend muted">first request at +{_e(_ms(first))}; each row: '
             '<span style="background:#b7c6e5"></span>waiting for the first byte'
-            '<span style="background:#3563c9"></span>streaming</div>')]
+            '<span style="background:#3563c9"></span>streaming'
+            + ('; a WebSocket message: <span class="wf-key client"></span>from the client'
+               '<span class="wf-key server"></span>from the server' if marked else "")
+            + "</div>")]
     for r in rows:
         ttfb = r.ttfb_ns if r.ttfb_ns is not None else r.duration_ns
         left, wait = 100 * (r.offset_ns - first) / span, 100 * ttfb / span
@@ -99,7 +130,8 @@ def waterfall(rows: Sequence[TimelineRow]) -> str:
             f'<div class="mono">{_e(label[:34])}</div><div class="wf-track">'
             f'<div class="wf-wait" style="left:{left:.3f}%;width:{wait:.3f}%"></div>'
             f'<div class="wf-stream" style="left:{left + wait:.3f}%;width:{stream:.3f}%"></div>'
-            f'</div><div class="muted">{_e(_ms(r.ttfb_ns))} · {_e(_ms(r.duration_ns))} · '
+            f'{_ticks(r, sessions.get(r.seq, ()), first, span)}</div>'
+            f'<div class="muted">{_e(_ms(r.ttfb_ns))} · {_e(_ms(r.duration_ns))} · '
             f"{_e(r.stop_reason or r.status or r.ending)}</div></div>")
     ticks = "".join(f"<span>+{_e(_ms(first + span * k // 4))}</span>" for k in range(5))
     out.append(
@@ -324,7 +356,7 @@ def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
     # redacted everywhere (the masks keep lengths and need no escaping).
     return redact_str(template.substitute(
         version=_e(__version__), title=_e(f"wiretape {info.run_id}"),
-        summary=summary(info, path, rows, ledger, verdicts), waterfall=waterfall(rows),
+        summary=summary(info, path, rows, ledger, verdicts), waterfall=waterfall(rows, sessions),
         ledger=ledger_table(ledger), conversation=conversation(rows, views, sessions),
         replays=replays(verdicts),
         footer=_e(f"wiretape {__version__} · run {info.run_id} · report written "

@@ -37,7 +37,7 @@ from wiretape.launch.intercept import (
     proxy_environment,
 )
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins
-from wiretape.limits import spool_bytes
+from wiretape.limits import spool_bytes, ws_close_timeout
 from wiretape.model import DEFAULT_MAX_BODY, ConnectReportJSON, Exchange, Origin, RunInfo
 from wiretape.origins import UpstreamOptions, key_variables, parse_upstream
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
@@ -324,8 +324,9 @@ async def _prepare_record(
     half-made behind. Each resource is entered into ``stack`` as it is
     acquired."""
     upstream_options.verify()  # a bad --upstream-ca is a usage error before anything starts
-    try:  # so is a bad WIRETAPE_SPOOL_BYTES
+    try:  # so is a bad WIRETAPE_SPOOL_BYTES or WIRETAPE_WS_CLOSE_TIMEOUT
         spool_at = spool_bytes(os.environ, DEFAULT_SPOOL_AT)
+        close_timeout = ws_close_timeout(os.environ)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     planned = ([] if intercept is not None else
@@ -411,7 +412,7 @@ async def _prepare_record(
             session.count_status(exchange)
 
     recorder = Recorder(run, options=upstream_options, rules=rules, on_exchange=on_exchange,
-                        spool_at=spool_at)
+                        spool_at=spool_at, close_timeout=close_timeout)
     stack.push_async_callback(recorder.aclose)
     await recorder.warm_up()
     session = _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run,

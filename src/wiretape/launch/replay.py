@@ -35,6 +35,7 @@ from wiretape.launch.intercept import (
 )
 from wiretape.launch.origins import child_environment, key_placeholders, placeholder_note
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet, ignores, sweep_stale
+from wiretape.limits import ws_close_timeout
 from wiretape.matching.correspond import Learned
 from wiretape.matching.volatile import compare_volatile, equal_up_to
 from wiretape.model import (
@@ -469,6 +470,10 @@ async def _prepare_replay(
     resource is entered into ``stack`` as it is acquired. Sandboxes that
     killed replays left behind are swept first."""
     sweep_stale()
+    try:  # a bad WIRETAPE_WS_CLOSE_TIMEOUT is a usage error before anything starts
+        close_timeout = ws_close_timeout(os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     run = RunFile.open(path)
     stack.callback(run.close, compact=True)
     run.prepare_for_writes()
@@ -494,7 +499,8 @@ async def _prepare_replay(
                     allow=allow - {"paths"}, clock_tolerance_s=clock_tolerance(info),
                     recorded_span=recorded_span(info))
     replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=stopping,
-                        on_decision=on_decision, redactor=live_redactor(run))
+                        on_decision=on_decision, redactor=live_redactor(run),
+                        close_timeout=close_timeout)
     await asyncio.to_thread(int)  # its worker threads start now, not on the first request
     isolated = (isolate.prepare(launch.isolation, os.environ)
                 if launch.isolation is not None and command is not None else None)

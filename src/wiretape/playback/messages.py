@@ -113,6 +113,9 @@ class SessionScript:
         self._live = 0
         self.used: set[int] = set()
         self.decisions: list[MessageDecisionJSON] = []
+        #: how the session ended when that is worth saying (a closing
+        #: handshake the client never finished), in words; None otherwise
+        self.ending: str | None = None
 
     def opening(self) -> tuple[int, ...]:
         """The server messages to send at once, before any client message."""
@@ -229,7 +232,10 @@ class SessionScript:
         """The decisions so far, and the recorded content messages unused."""
         unused = [i for i, m in enumerate(self.messages)
                   if m.opcode in CONTENT and i not in self.used]
-        return {"decisions": list(self.decisions), "unused": unused}
+        result: MessagesJSON = {"decisions": list(self.decisions), "unused": unused}
+        if self.ending is not None:
+            result["ending"] = self.ending
+        return result
 
 
 def _as_request(message: Message) -> Request:

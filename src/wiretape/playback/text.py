@@ -106,6 +106,8 @@ def _message_lines(detail: RequestDetail, style: Style, allow: tuple[str, ...] =
             lines.append(f"    no learned rule explains {d.get('unexplained')}")
         if "explanation" in d:
             lines.extend("  " + line for line in explanation_lines(d["explanation"], style))
+    if "ending" in session:
+        lines.append(f"  {session['ending']}")
     if session["unused"]:
         shown = ", ".join(str(i) for i in session["unused"][:10])
         more = len(session["unused"]) - 10

@@ -72,11 +72,16 @@ class Recorder:
 
     def __init__(self, run: RunFile, *, on_exchange: Callable[[Exchange], None] | None = None,
                  options: UpstreamOptions | None = None, rules: Rules = STANDARD,
-                 spool_at: int | None = None) -> None:
+                 spool_at: int | None = None, close_timeout: float | None = None) -> None:
         """``spool_at``: bytes of a response body held in memory before it
         is written in parts as it streams (``proxy.spool``; default
-        ``WIRETAPE_SPOOL_BYTES`` from the environment, else 8 MiB)."""
+        ``WIRETAPE_SPOOL_BYTES`` from the environment, else 8 MiB).
+        ``close_timeout``: seconds a WebSocket session's closing handshake
+        may take (``proxy.ws_record``; default ``WIRETAPE_WS_CLOSE_TIMEOUT``
+        from the environment, else 10 s)."""
         self._run = run
+        self._close_timeout = (close_timeout if close_timeout is not None
+                               else _close_timeout_from_env())
         self._spool_at = spool_at if spool_at is not None else _spool_at_from_env()
         self._rules = rules
         self._seq = itertools.count(0)
@@ -263,7 +268,7 @@ class Recorder:
         session = ws_record.Session()
         try:
             await ws_record.forward(conn, request, root, host, self._options, session, t0=t0,
-                                    max_size=conn.max_body)
+                                    max_size=conn.max_body, close_timeout=self._close_timeout)
         except ws_record.OriginUnreachable as exc:
             session.ending = Ending.TIMEOUT if exc.timeout else Ending.ORIGIN_UNREACHABLE
             session.error = str(exc)
@@ -434,3 +439,15 @@ def _declared_length(head: ClientHead) -> int | None:
         return None
     value = next((v for k, v in head.headers if k.lower() == b"content-length"), b"")
     return int(value) if value.strip().isdigit() else None
+
+
+def _close_timeout_from_env() -> float:
+    """``WIRETAPE_WS_CLOSE_TIMEOUT`` (seconds), else the default. Raises
+    UsageError for a value that is not that (``limits.ws_close_timeout``)."""
+    from wiretape.errors import UsageError
+    from wiretape.limits import ws_close_timeout
+
+    try:
+        return ws_close_timeout(os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None

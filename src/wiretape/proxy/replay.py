@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wiretape.errors import WiretapeError
+from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT
 from wiretape.matching import Explanation, explain
 from wiretape.matching.correspond import Learned
 from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail, header_values
@@ -132,8 +133,12 @@ class Replayer:
         on_stop: Callable[[str], None] | None = None,
         on_decision: Callable[[ReplayRow], None] | None = None,
         redactor: LiveRedactor | None = None,
+        close_timeout: float = DEFAULT_WS_CLOSE_TIMEOUT,
     ) -> None:
+        """``close_timeout``: seconds a replayed WebSocket session's client
+        has to finish a closing handshake (``proxy.ws_replay``)."""
         self.replay_id = replay_id or new_replay_id()
+        self._close_timeout = close_timeout
         self.redactor = redactor or LiveRedactor()
         self._run = run
         self._tape = Tape.of(exchanges)
@@ -279,7 +284,8 @@ class Replayer:
 
         try:
             await ws_replay.play(conn, request, exchange, script, pace=self._pace,
-                                 redact=redact, on_stop=stop, lock=self._lock)
+                                 redact=redact, on_stop=stop, lock=self._lock,
+                                 close_timeout=self._close_timeout)
         finally:  # (also when the session is cut off: what was decided is kept)
             row["detail"]["messages"] = script.result()
             self._unwritten.append((row, live, time.time_ns()))

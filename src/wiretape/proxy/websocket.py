@@ -136,6 +136,12 @@ class Peer:
         return self.protocol.state is State.OPEN
 
     @property
+    def closing_handshake_done(self) -> bool:
+        """Whether a close was both sent to and received from this peer
+        (RFC 6455 §7.1.2: nothing more may cross)."""
+        return self.protocol.close_sent is not None and self.protocol.close_rcvd is not None
+
+    @property
     def too_big(self) -> bool:
         """Whether the protocol failed the session on a message over the cap."""
         return isinstance(self.protocol.parser_exc, PayloadTooBig)
@@ -265,6 +271,12 @@ class Peer:
         except (ConnectionError, OSError, RuntimeError, ssl.SSLError):
             return False
         return True
+
+    def abort(self) -> None:
+        """Drop the connection at once, unsent bytes too (never raises): a
+        read waiting on it returns the end of the stream."""
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError, ssl.SSLError):
+            self.writer.transport.abort()
 
     async def hang_up(self) -> None:
         """Close the socket (never raises)."""

@@ -10,7 +10,10 @@ The handshake goes out as the agent sent it (its key too, so the origin's
 ``Sec-WebSocket-Extensions``: nothing is compressed, what is kept is what
 the application saw. Control frames are relayed too (a ping reaches the
 other end, whose pong comes back); a close is answered by wiretape on the
-side that sent it (RFC 6455 §5.5.1) and passed on to the other.
+side that sent it (RFC 6455 §5.5.1) and passed on to the other; from the
+first close, the ends have the close timeout (``WIRETAPE_WS_CLOSE_TIMEOUT``)
+to finish the closing handshake, and one that never answers is
+disconnected and named in the session's ending.
 
 Only the recorder imports this module (it dials origins).
 """
@@ -28,6 +31,7 @@ import certifi
 import h11
 from websockets.protocol import Side
 
+from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT, WS_CLOSE_TIMEOUT_VARIABLE
 from wiretape.model import Ending, Frame, Message, Opcode, Request, Response
 from wiretape.origins import UpstreamOptions
 from wiretape.proxy.hop import upstream_request_headers
@@ -35,7 +39,7 @@ from wiretape.proxy.http1 import ClientConnection, ClientGone
 from wiretape.proxy.websocket import Peer, going_away
 
 #: Seconds to wait for a handshake answer, and for the other side's end
-#: once one side has ended.
+#: once one side has ended without a close.
 HANDSHAKE_TIMEOUT = 30.0
 CLOSE_GRACE = 2.0
 
@@ -81,12 +85,15 @@ async def _dial(root: str, options: UpstreamOptions,
 
 async def forward(conn: ClientConnection, request: Request, root: str, host: str,
                   options: UpstreamOptions, session: Session, *, t0: int,
-                  max_size: int) -> None:
+                  max_size: int, close_timeout: float = DEFAULT_WS_CLOSE_TIMEOUT) -> None:
     """Send the upgrade ``request`` to the origin at ``root``
     (``scheme://host[:port]``, ``host`` its Host field) and relay its
     answer to ``conn``; after a 101, relay the session until both ends are
     done, filling ``session`` as it goes (so what crossed is there when
-    this task is cancelled). ``t0``: monotonic ns when the request began.
+    this task is cancelled). ``t0``: monotonic ns when the request began;
+    ``max_size``: the largest message either end may send (bytes; a larger
+    one fails the session with 1009); ``close_timeout``: seconds the ends
+    have to finish a closing handshake once it begins.
     Raises OriginUnreachable before any answer (the caller answers 502 or
     504); ClientGone is handled here."""
     try:
@@ -98,7 +105,8 @@ async def forward(conn: ClientConnection, request: Request, root: str, host: str
     except (OSError, ssl.SSLError, ValueError) as exc:
         raise OriginUnreachable(f"{type(exc).__name__}: {exc}") from exc
     try:
-        await _handshake(conn, request, host, reader, writer, session, t0, max_size)
+        await _handshake(conn, request, host, reader, writer, session, t0, max_size,
+                         close_timeout)
     finally:
         with contextlib.suppress(ConnectionError, OSError, RuntimeError, ssl.SSLError):
             writer.close()
@@ -106,7 +114,7 @@ async def forward(conn: ClientConnection, request: Request, root: str, host: str
 
 async def _handshake(conn: ClientConnection, request: Request, host: str,
                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     session: Session, t0: int, max_size: int) -> None:
+                     session: Session, t0: int, max_size: int, close_timeout: float) -> None:
     headers = [*upstream_request_headers(request.headers, host.encode("latin-1")),
                (b"Connection", b"Upgrade"), (b"Upgrade", b"websocket")]
     headers = [(k, v) for k, v in headers if k.lower() != b"sec-websocket-extensions"]
@@ -147,7 +155,7 @@ async def _handshake(conn: ClientConnection, request: Request, host: str,
     agent_reader, agent_writer = conn.streams
     agent = Peer(agent_reader, agent_writer, Side.SERVER, "client", t0, max_size)
     origin = Peer(reader, writer, Side.CLIENT, "server", t0, max_size)
-    await _relay(agent, origin, early, bytes(h.trailing_data[0]), session)
+    await _relay(agent, origin, early, bytes(h.trailing_data[0]), session, close_timeout)
 
 
 async def _answer(h: h11.Connection, reader: asyncio.StreamReader,
@@ -176,20 +184,27 @@ async def _answer(h: h11.Connection, reader: asyncio.StreamReader,
 
 
 async def _relay(agent: Peer, origin: Peer, agent_early: bytes, origin_early: bytes,
-                 session: Session) -> None:
-    """Both directions at once until one side's stream ends; then the other
-    is given ``CLOSE_GRACE`` seconds to finish its closing handshake."""
-    pumps = [asyncio.create_task(_pump(agent, origin, agent_early, session),
+                 session: Session, close_timeout: float) -> None:
+    """Both directions at once until one side's stream ends (the other is
+    then given ``CLOSE_GRACE`` seconds to finish), or until a closing
+    handshake begins: from then on both ends have ``close_timeout`` seconds
+    to finish it and end their streams, after which their connections are
+    closed and the session's ending says which end did not answer."""
+    closing, progress = asyncio.Event(), asyncio.Event()
+    pumps = [asyncio.create_task(_pump(agent, origin, agent_early, session, closing, progress),
                                  name="wiretape-ws-client"),
-             asyncio.create_task(_pump(origin, agent, origin_early, session),
+             asyncio.create_task(_pump(origin, agent, origin_early, session, closing, progress),
                                  name="wiretape-ws-server")]
+    watch = asyncio.create_task(closing.wait(), name="wiretape-ws-closing")
     try:
-        done, pending = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        first = next(iter(done))
-        ended = agent if first is pumps[0] else origin
+        done, _ = await asyncio.wait([*pumps, watch], return_when=asyncio.FIRST_COMPLETED)
+        if closing.is_set():
+            await _finish_closing(agent, origin, pumps, progress, close_timeout)
+            _unanswered(agent, origin, session, close_timeout)
+            return
+        ended = agent if pumps[0] in done else origin
         other = origin if ended is agent else agent
-        closing = any(m.opcode is Opcode.CLOSE for m in session.messages)
-        if not closing and session.ending is Ending.COMPLETE:
+        if session.ending is Ending.COMPLETE:
             # One end went away without a close handshake (RFC 6455 §7.1.5: 1006).
             if ended is agent:
                 session.ending = Ending.CLIENT_GONE
@@ -202,6 +217,7 @@ async def _relay(agent: Peer, origin: Peer, agent_early: bytes, origin_early: by
                                  "a WebSocket close handshake")
                 other.close(1014, "wiretape: the origin went away")
             await other.flush()
+        pending = [task for task in pumps if not task.done()]
         if pending:
             await asyncio.wait(pending, timeout=CLOSE_GRACE)
     except asyncio.CancelledError:
@@ -209,16 +225,74 @@ async def _relay(agent: Peer, origin: Peer, agent_early: bytes, origin_early: by
         await going_away(agent, origin)
         raise
     finally:
-        for task in pumps:
+        for task in (*pumps, watch):
             task.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
+        await asyncio.gather(*pumps, watch, return_exceptions=True)
         await agent.hang_up()
         await origin.hang_up()
 
 
-async def _pump(src: Peer, dst: Peer, early: bytes, session: Session) -> None:
+async def _finish_closing(agent: Peer, origin: Peer, pumps: list[asyncio.Task[None]],
+                          progress: asyncio.Event, close_timeout: float) -> None:
+    """Wait, ``close_timeout`` seconds at most, until both streams ended or
+    both closing handshakes are done (a close sent and received with each
+    end: nothing more can cross, and wiretape may close the connections,
+    RFC 6455 §7.1.1; an origin over TLS may wait for its client to close
+    first)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + close_timeout
+    while not (all(task.done() for task in pumps)
+               or (agent.closing_handshake_done and origin.closing_handshake_done)):
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        progress.clear()
+        changed = asyncio.create_task(progress.wait())
+        try:
+            await asyncio.wait([*(task for task in pumps if not task.done()), changed],
+                               timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+
+
+def _unanswered(agent: Peer, origin: Peer, session: Session, close_timeout: float) -> None:
+    """After a closing handshake (or ``close_timeout`` seconds of it): when
+    only one end sent a close, the session's ending names the other, which
+    either closed its connection without answering (``client_gone``,
+    ``origin_reset``) or was still silent (``timeout``; RFC 6455 §7.1.1
+    lets wiretape close the connection then)."""
+    if session.ending is not Ending.COMPLETE:
+        return  # (a protocol failure, already said)
+    closes: dict[str, Message] = {}
+    for m in session.messages:
+        if m.opcode is Opcode.CLOSE:
+            closes.setdefault(m.direction, m)
+    if len(closes) != 1:
+        return  # both ends closed (or neither: a failure wiretape began)
+    ((sender, close),) = closes.items()
+    silent = origin if sender == "client" else agent
+    who = "the client" if silent is agent else "the origin"
+    whose = "the origin's" if sender == "server" else "the client's"
+    said = "no code" if close.close_code is None else str(close.close_code)
+    if close.payload:
+        said += " " + repr(close.payload.decode("utf-8", "replace"))
+    if silent.eof:
+        session.ending = Ending.CLIENT_GONE if silent is agent else Ending.ORIGIN_RESET
+        session.error = (f"{who} closed its connection without answering {whose} WebSocket "
+                         f"close ({said})")
+    else:
+        session.ending = Ending.TIMEOUT
+        session.error = (f"{who} did not answer {whose} WebSocket close ({said}) within "
+                         f"{close_timeout:g} s ({WS_CLOSE_TIMEOUT_VARIABLE}); wiretape closed "
+                         f"the connection")
+
+
+async def _pump(src: Peer, dst: Peer, early: bytes, session: Session,
+                closing: asyncio.Event, progress: asyncio.Event) -> None:
     """Read ``src`` to the end of its stream: relay each frame to ``dst``,
-    keep each whole message in ``session``."""
+    keep each whole message in ``session``; ``closing`` is set once a
+    closing handshake begins (a close from ``src``, or a frame the protocol
+    refused), ``progress`` after each read is handled."""
     data = early
     while True:
         if not data:
@@ -231,16 +305,24 @@ async def _pump(src: Peer, dst: Peer, early: bytes, session: Session) -> None:
         if failure is not None and session.ending is Ending.COMPLETE:
             # The protocol failed the session on what ``src`` sent (it told
             # ``src`` why with its close code); the other end is told too.
-            session.error = f"the {src.direction} sent what WebSocket forbids: {failure}"
+            who = "client" if src.direction == "client" else "origin"
+            session.error = f"the {who} sent what WebSocket forbids: {failure}"
+            if src.too_big:
+                session.error += (" (--max-body caps a WebSocket message too; raise it to "
+                                  "record larger ones)")
             session.ending = (Ending.CLIENT_GONE if src.direction == "client"
                               else Ending.ORIGIN_RESET)
             dst.close(1009 if src.too_big else 1002,
-                      f"wiretape: the {src.direction} broke the session")
+                      f"wiretape: the {who} sent a message over the size limit" if src.too_big
+                      else f"wiretape: the {who} broke the WebSocket protocol")
+        if received.closed or failure is not None:
+            closing.set()
         if received.closed or failure is not None or not data:
             await src.flush()  # the close echoed (and, as a server, the end of stream)
         else:
             src.discard_replies()  # pongs: the other end answers the relayed ping
         await dst.flush()
+        progress.set()
         if not data:
             return
         data = b""

@@ -12,7 +12,10 @@ the replay's lock (what the replay learned is shared with its HTTP
 exchanges), off the event loop when it is large. A strict replay that meets
 a mismatch closes the session with 1008 and the reason (RFC 6455 §7.4.1),
 and the replay stops; a missing message (nothing recorded answers it) ends
-the session so in any mode.
+the session so in any mode. Once a close crossed, a client that has not
+answered it and ended its stream within the close timeout
+(``WIRETAPE_WS_CLOSE_TIMEOUT``) is disconnected, the session's ``ending``
+saying so.
 """
 
 from __future__ import annotations
@@ -24,13 +27,15 @@ from contextlib import AbstractAsyncContextManager
 
 from websockets.protocol import Side
 
+from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT, WS_CLOSE_TIMEOUT_VARIABLE
 from wiretape.model import Exchange, Message, MessagesJSON, Opcode, Request
 from wiretape.playback.messages import SessionScript, Step
 from wiretape.playback.pacing import Pace
 from wiretape.proxy.http1 import ClientConnection, ClientGone
 from wiretape.proxy.websocket import Peer, accepted_headers, going_away
 
-#: Seconds a closing session waits for the client's end of stream.
+#: Seconds a session wiretape closes (a strict stop, a missing message)
+#: waits for the client's end of stream.
 CLOSE_GRACE = 2.0
 
 #: A live message larger than this (bytes) that is not exact is compared
@@ -47,14 +52,52 @@ def is_session(exchange: Exchange) -> bool:
     return exchange.response is not None and exchange.response.status == 101
 
 
+class _Closing:
+    """The closing handshake's deadline: once a close crossed (the recorded
+    server close sent, or the client's received), the client has
+    ``timeout`` seconds to answer it and end its stream; then its
+    connection is closed and the script's ``ending`` says so."""
+
+    def __init__(self, peer: Peer, script: SessionScript, timeout: float) -> None:
+        self._peer, self._script, self._timeout = peer, script, timeout
+        self._task: asyncio.Task[None] | None = None
+
+    def begin(self, close: Message) -> None:
+        """A close crossed (``close``: the first, either way): start the
+        deadline, once."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._expire(close),
+                                             name="wiretape-ws-replay-closing")
+
+    async def _expire(self, close: Message) -> None:
+        await asyncio.sleep(self._timeout)
+        said = "no code" if close.close_code is None else str(close.close_code)
+        if close.payload:
+            said += " " + repr(close.payload.decode("utf-8", "replace"))
+        if close.direction == "server" and self._peer.protocol.close_rcvd is None:
+            what = f"did not answer the recorded server's WebSocket close ({said})"
+        else:
+            what = f"did not end its connection after the WebSocket close ({said})"
+        self._script.ending = (f"the client {what} within {self._timeout:g} s "
+                               f"({WS_CLOSE_TIMEOUT_VARIABLE}); wiretape closed the connection")
+        self._peer.abort()  # the read waiting on the client ends
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
 async def play(conn: ClientConnection, request: Request, exchange: Exchange,
                script: SessionScript, *, pace: Pace, redact: Redact,
                on_stop: Callable[[Step], str],
-               lock: AbstractAsyncContextManager[object] | None = None) -> MessagesJSON:
+               lock: AbstractAsyncContextManager[object] | None = None,
+               close_timeout: float = DEFAULT_WS_CLOSE_TIMEOUT) -> MessagesJSON:
     """Answer ``request`` with ``exchange``'s 101 and play ``script`` until
     the client's stream ends; ``on_stop(step)`` is called at a strict
     mismatch and gives the close reason; ``lock`` is held while a message
-    that is not exact is decided (the script's knowledge is shared).
+    that is not exact is decided (the script's knowledge is shared);
+    ``close_timeout``: seconds the client has, once a close crossed, to
+    answer it and end its stream (then ``script.ending`` says it did not).
     Returns the session's decisions (also when this task is cancelled:
     ``script`` has them)."""
     assert exchange.response is not None
@@ -68,8 +111,9 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
         return script.result()
     reader, writer = conn.streams
     peer = Peer(reader, writer, Side.SERVER, "client", 0, conn.max_body)
+    closing = _Closing(peer, script, close_timeout)
     queue: asyncio.Queue[tuple[tuple[int, ...], float]] = asyncio.Queue()
-    sender = asyncio.create_task(_send(peer, script, queue, pace),
+    sender = asyncio.create_task(_send(peer, script, queue, pace, closing),
                                  name="wiretape-ws-replay-send")
     queue.put_nowait((script.opening(), t0))
     try:
@@ -95,6 +139,7 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
                                 pass
                     return script.result()
                 if live.opcode is Opcode.CLOSE:
+                    closing.begin(live)
                     # The protocol answered the close (RFC 6455 §5.5.1): that
                     # is the recorded answer to it; nothing more can be sent.
                     for index in step.send:
@@ -111,6 +156,7 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
         raise
     finally:
         sender.cancel()
+        closing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sender
         await peer.hang_up()
@@ -136,9 +182,11 @@ def _redacted(live: Message, script: SessionScript, redact: Redact) -> Message:
 
 
 async def _send(peer: Peer, script: SessionScript,
-                queue: asyncio.Queue[tuple[tuple[int, ...], float]], pace: Pace) -> None:
+                queue: asyncio.Queue[tuple[tuple[int, ...], float]], pace: Pace,
+                closing: _Closing) -> None:
     """Send each batch of recorded server messages in order, paced from
-    the moment its client message arrived (``fast``: at once)."""
+    the moment its client message arrived (``fast``: at once); a close
+    sent starts ``closing``'s deadline."""
     loop = asyncio.get_running_loop()
     while True:
         batch, since = await queue.get()
@@ -152,5 +200,7 @@ async def _send(peer: Peer, script: SessionScript,
             if not peer.send(message):
                 return
             script.sent(index)
+            if message.opcode is Opcode.CLOSE:
+                closing.begin(message)
             if not await peer.flush():
                 return
