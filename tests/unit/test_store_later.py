@@ -225,8 +225,10 @@ async def test_the_recorder_commits_then_compresses_and_aclose_waits(
     assert not any(key.encode() in e.request.body for e in exchanges)
     assert [seq for seq, f in facts if f.location == "request-body"] == [0, 1, 1, 2, 2, 2]
     stored = [sha(e.request.body) for e in exchanges]
-    assert [kept[h][:3] for h in stored] == [
-        ("zstd", None, 0), ("splice", stored[0], 1), ("splice", stored[1], 2)]
+    assert [kept[h][:3] for h in stored[:2]] == [("zstd", None, 0), ("splice", stored[0], 1)]
+    # The third is spliced from the one before it, or (packed ahead while
+    # the second was still being committed) from the first: both hold.
+    assert kept[stored[2]][:3] in (("splice", stored[1], 2), ("splice", stored[0], 1))
 
 
 @in_loop
