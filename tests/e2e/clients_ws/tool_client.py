@@ -7,7 +7,8 @@ tool, reads the events until ``response.completed``; while the response
 made function calls, sends another ``response.create`` whose ``input``
 holds each call's ``function_call_output`` (the sum of its arguments'
 ``a`` and ``b``), with ``previous_response_id`` naming the response.
-Closes with 1000 and prints ``WS {json}``: the calls and the text.
+``--off-by N`` adds N to each sum. Closes with 1000 and prints
+``WS {json}``: the calls and the text.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ TOOL = {"type": "function", "name": "add", "description": "Add two numbers.",
                                                         "b": {"type": "number"}}}}
 
 
-async def main(prompt: str) -> int:
+async def main(prompt: str, off_by: int) -> int:
     base = os.environ["OPENAI_BASE_URL"].rstrip("/")
     url = base.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/responses"
     seen: dict[str, object] = {"calls": [], "text": ""}
@@ -48,7 +49,7 @@ async def main(prompt: str) -> int:
                     calls.append([item["name"], item["arguments"]])
                     args = json.loads(item["arguments"])
                     outputs.append({"type": "function_call_output", "call_id": item["call_id"],
-                                    "output": str(args["a"] + args["b"])})
+                                    "output": str(args["a"] + args["b"] + off_by)})
                 if got["type"] in ("response.completed", "error"):
                     break
             if not outputs or got["type"] == "error":
@@ -61,4 +62,10 @@ async def main(prompt: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "add 2 and 3")))
+    argv = sys.argv[1:]
+    off = 0
+    if "--off-by" in argv:
+        at = argv.index("--off-by")
+        off = int(argv[at + 1])
+        del argv[at : at + 2]
+    sys.exit(asyncio.run(main(argv[0] if argv else "add 2 and 3", off)))
