@@ -587,8 +587,9 @@ def _verdict_word(v: Verdict | None) -> str:
 @click.option("--json", "as_json", is_flag=True)
 def diff(run_a: str, run_b: str, as_json: bool) -> None:
     """Compare two recordings exchange by exchange (same method and path, in
-    order): what changed in the prompts between two versions of an agent.
-    Exit status 0 when every request is the same, 1 when any differs.
+    order): what changed in the prompts between two versions of an agent,
+    a WebSocket session's client messages included. Exit status 0 when
+    every request and message is the same, 1 when any differs.
 
     \b
     Example:

@@ -269,12 +269,22 @@ def diff_lines(result: RunDiff, name_a: str, name_b: str) -> list[str]:
     for pair in result.pairs:
         route = (f"{pair.a.request.method.decode('latin-1')} "
                  f"{pair.a.request.path.decode('latin-1')}")
-        if pair.explanation is None:
+        if pair.same:
             lines.append(f"#{pair.a.seq} <-> #{pair.b.seq} {printable(route)}: same")
             continue
         lines.append(escaped.style(f"#{pair.a.seq} <-> #{pair.b.seq} {printable(route)}: differs",
                                    fg="red", bold=True))
-        lines.extend(text.explanation_lines(pair.explanation.to_json(), escaped.style))
+        if pair.explanation is not None:
+            lines.extend(text.explanation_lines(pair.explanation.to_json(), escaped.style))
+        for m in pair.messages:
+            if m.explanation is None:
+                name, at = (name_a, m.a) if m.b is None else (name_b, m.b)
+                lines.append(printable(f"  client message {m.index}: only in {name} "
+                                       f"(message #{at} of the session)"))
+                continue
+            lines.append(f"  client message {m.index} (message #{m.a} <-> #{m.b} of the "
+                         "session):")
+            lines.extend(text.explanation_lines(m.explanation.to_json(), escaped.style))
     from wiretape.inspect.summary import request_summary
 
     for label, name, items in (

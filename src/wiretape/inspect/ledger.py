@@ -6,6 +6,9 @@ tool result for it (same call id; for a call with no id, as Gemini's often
 are, a result of the same tool name that answers no call by id, by
 position, whether the client gave it an id of its own or none), else
 **pending**: asked for and never answered, as when a run was interrupted.
+A WebSocket session is one exchange whose client messages may answer the
+calls its server messages made: a result sent in the session completes a
+call of the same session (``answered_in`` is its own seq).
 Completed and pending are disjoint and together cover every call. Calls the
 provider ran itself (Anthropic ``server_tool_use``) are answered in the
 same response and listed as completed there.
@@ -115,6 +118,12 @@ def _by_name(view: ExchangeView, name: str, known_ids: set[str]) -> list[tuple[s
             and m.result_for not in known_ids]
 
 
+def _after(seq: int, view: ExchangeView, issued_in: int) -> bool:
+    """Whether exchange ``seq`` may answer a call issued in ``issued_in``:
+    a later one, or the same WebSocket session."""
+    return seq > issued_in or (seq == issued_in and view.session)
+
+
 def build_ledger(views: Sequence[tuple[int, ExchangeView]]) -> Ledger:
     """The ledger of a run from its exchanges' views, as (seq, view) in
     sequence order.
@@ -123,7 +132,9 @@ def build_ledger(views: Sequence[tuple[int, ExchangeView]]) -> Ledger:
     (its format gave it none, as Gemini's, whose client then names the
     result itself: gemini-cli's ``read_file_<ms>_0``) by name and position:
     the k-th such call of a tool is answered by the first later request
-    carrying k results of that tool that answer no call by id."""
+    carrying k results of that tool that answer no call by id. A session's
+    results count for its own calls too (a client message answers a call
+    the session's server made before it)."""
     issued: list[tuple[int, int, ExchangeView]] = []  # (seq, n, view) per call
     for seq, view in views:
         if view.response is not None:
@@ -143,14 +154,15 @@ def build_ledger(views: Sequence[tuple[int, ExchangeView]]) -> Ledger:
             answered_in = seq
         elif call.call_id:
             later = next(((s, v) for s, v in views
-                          if s > seq and any(rid == call.call_id for rid, _ in v.tool_results)),
+                          if _after(s, v, seq)
+                          and any(rid == call.call_id for rid, _ in v.tool_results)),
                          None)
             if later is not None:
                 answered_in, result = later[0], _result_text(later[1], call.call_id)
         if answered_in is None and call.kind != "server":
             unpaired_seen[call.name] += 1
             wanted = unpaired_seen[call.name]
-            later = next(((s, v) for s, v in views if s > seq and sum(
+            later = next(((s, v) for s, v in views if _after(s, v, seq) and sum(
                 1 for rid, rname in v.tool_results
                 if rname == call.name and rid not in known_ids) >= wanted), None)
             if later is not None:

@@ -122,7 +122,7 @@ def row(exchange: Exchange, view: ExchangeView, start_ns: int) -> TimelineRow:
         status=resp.status if resp else None,
         offset_ns=max(0, exchange.started_at_ns - start_ns), ttfb_ns=exchange.ttfb_ns,
         duration_ns=exchange.duration_ns, frames=len(resp.frames) if resp else 0,
-        bytes=len(resp.body) if resp else 0, streamed=_streamed(exchange),
+        bytes=len(resp.body) if resp else 0, streamed=_streamed(exchange) or view.session,
         ending=exchange.ending.value, format=rview.format if rview else view.request.format,
         model=view.model, stop_reason=rview.stop_reason if rview else None,
         input_tokens=usage.input_tokens if usage else None,

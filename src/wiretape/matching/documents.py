@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import io
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import zstandard
 
 from wiretape.matching.jsontree import parse
-from wiretape.model import Response, header_values
+from wiretape.model import Frame, Message, Opcode, Response, header_values
 
 #: Decoded bodies are read up to this size (a compressed body is small on
 #: disk and may be huge when inflated).
@@ -107,3 +107,15 @@ def documents(response: Response) -> Iterator[object]:
         event = parse(data)
         if event is not None:
             yield event.value
+
+
+def session_stream(messages: Sequence[Message]) -> Response:
+    """The server's text messages of a WebSocket session as one SSE
+    response (one ``data:`` event per message, a payload's newlines each
+    starting a ``data:`` line), so that what reads a response's documents
+    (the tool calls named in them) reads a session's too."""
+    events = [b"data: " + m.payload.replace(b"\r\n", b"\n").replace(b"\n", b"\ndata: ")
+              + b"\n\n"
+              for m in messages if m.direction == "server" and m.opcode is Opcode.TEXT]
+    return Response(200, b"OK", ((b"content-type", b"text/event-stream"),),
+                    (Frame(0, b"".join(events)),))

@@ -30,6 +30,7 @@ from typing import NamedTuple, Protocol
 
 from wiretape.matching import correspond, explain
 from wiretape.matching.correspond import Learned
+from wiretape.matching.documents import session_stream
 from wiretape.model import Message, MessageDecisionJSON, MessagesJSON, Opcode, Request
 from wiretape.playback.decide import Mode, Policy, apply_substitutions
 
@@ -89,6 +90,8 @@ class SessionScript:
     def __init__(self, messages: Sequence[Message], policy: Policy | None = None,
                  knowledge: Knowledge | None = None) -> None:
         self.messages = tuple(messages)
+        #: the server's messages as a response, to name a result's tool
+        self._named = (session_stream(self.messages),)
         self._policy = policy or Policy()
         self._mode = self._policy.mode
         self._knowledge = knowledge or OwnKnowledge(Learned(self._policy.clock_tolerance_s))
@@ -187,13 +190,15 @@ class SessionScript:
                 decision["substitutions"] = [list(f) for f in fired]
                 if replaced.body == rec_req.body:
                     decision["kind"] = "substituted"
-                    decision["explanation"] = explain(rec_req, live_req).to_json()
+                    decision["explanation"] = explain(
+                        rec_req, live_req, recorded_responses=self._named).to_json()
                     return
                 live_req = replaced
         decision["kind"] = "equivalent" if same_kind and self._corresponds(
             rec_req.body, live_req.body, decision, substituted=bool(fired)) else "diverged"
         if decision["kind"] == "diverged":
-            decision["explanation"] = explain(rec_req, _as_request(live)).to_json()
+            decision["explanation"] = explain(rec_req, _as_request(live),
+                                              recorded_responses=self._named).to_json()
 
     def _corresponds(self, recorded: bytes, live: bytes, decision: MessageDecisionJSON, *,
                      substituted: bool) -> bool:

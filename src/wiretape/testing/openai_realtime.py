@@ -10,7 +10,8 @@ message, a ``function_call_output``) and is answered by
 of the script on the conversation as a Responses request would, streamed
 as Realtime events: ``response.created``, the output items' events
 (``response.output_text.delta``, ``response.function_call_arguments.delta``
-...), and ``response.done`` with the completed response. The function
+..., ``response.function_call_arguments.done`` with the ``call_id`` and
+``name`` of its call), and ``response.done`` with the completed response. The function
 calls a response makes join the conversation. Anything else gets an
 ``error`` event. Every event has an ``event_id`` made from its number.
 
@@ -107,6 +108,7 @@ class RealtimeSession:
             return [self._event("error", error=error)]
         out = []
         response_id = ""
+        call_ids: dict[object, str] = {}  # output item id -> its call id
         for chunk in reply.chunks:
             data = next((line[6:] for line in chunk.split(b"\n") if line.startswith(b"data: ")),
                         None)
@@ -122,6 +124,13 @@ class RealtimeSession:
                 response_id = event["response"]["id"]
             else:
                 event["response_id"] = response_id
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("call_id"):
+                call_ids[item.get("id")] = item["call_id"]
+            if kind == "response.function_call_arguments.done":
+                # The Realtime event names the call it ends (its call_id),
+                # which the Responses stream's does not.
+                event["call_id"] = call_ids.get(event.get("item_id"), "")
             if kind == "response.completed":
                 kind = "response.done"
                 for item in event["response"]["output"]:

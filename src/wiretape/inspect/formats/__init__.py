@@ -15,6 +15,7 @@ path, then by sniffing the response's documents. Each format is one module:
     embeddings        OpenAI and Gemini embeddings
     generic           anything else
     requests          the request side: messages, tools offered
+    sessions          WebSocket sessions: Responses' WebSocket mode, Realtime
     view              the values returned
 
 Knows nothing of run files, the CLI or HTML.
@@ -37,6 +38,7 @@ from wiretape.inspect.formats import (
 from wiretape.inspect.formats.draft import Draft
 from wiretape.inspect.formats.events import Body, Event, read_body
 from wiretape.inspect.formats.requests import decoded, read_request
+from wiretape.inspect.formats.sessions import read_session, session_format
 from wiretape.inspect.formats.view import (
     ExchangeView,
     Message,
@@ -142,7 +144,12 @@ def format_of(request: Request, body: Body) -> WireFormat:
 
 
 def read_exchange(exchange: Exchange) -> ExchangeView:
-    """One exchange read for a person. Never raises on bad input."""
+    """One exchange read for a person; a WebSocket session of a known flow
+    (``sessions``) read from its messages. Never raises on bad input."""
+    if exchange.response is not None and exchange.response.status == 101:
+        flow = session_format(exchange)
+        if flow is not None:
+            return read_session(exchange, flow)
     response_view: ResponseView | None = None
     if exchange.response is not None:
         body = read_body(exchange.response)

@@ -52,7 +52,12 @@ def _chat(body: dict[str, object]) -> Iterator[Message]:
 
 
 def _responses(body: dict[str, object]) -> Iterator[Message]:
-    items = body.get("input")
+    return input_messages(body.get("input"))
+
+
+def input_messages(items: object) -> Iterator[Message]:
+    """The messages of a Responses ``input``: a string (one user message)
+    or a list of items (messages, calls, call outputs, reasoning)."""
     if isinstance(items, str):
         yield Message("user", items)
         return
@@ -116,8 +121,14 @@ def _gemini(body: dict[str, object]) -> Iterator[Message]:
 
 
 def _tool_names(body: dict[str, object]) -> tuple[str, ...]:
+    return tool_names(body.get("tools"))
+
+
+def tool_names(tools: object) -> tuple[str, ...]:
+    """The names of the tools a ``tools`` list offers (OpenAI functions,
+    Anthropic tools, Gemini ``functionDeclarations``; else a tool's first
+    member)."""
     names: list[str] = []
-    tools = body.get("tools")
     for tool in tools if isinstance(tools, list) else ():
         declared = get(tool, "functionDeclarations")
         if isinstance(declared, list):

@@ -204,11 +204,16 @@ class RequestView:
 @dataclass(frozen=True)
 class ExchangeView:
     """One exchange read for a person; ``response`` is None when the origin
-    never answered."""
+    never answered. ``tool_results`` are the (call id, tool name or None)
+    of the results the request carried; ``session`` is True for a
+    WebSocket session read whole (its client messages as the request, its
+    server messages as the response), where a result may answer a call
+    made earlier in the same session."""
 
     request: RequestView
     response: ResponseView | None
     tool_results: tuple[tuple[str, str | None], ...] = field(default=())
+    session: bool = False
 
     @property
     def model(self) -> str | None:
