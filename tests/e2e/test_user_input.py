@@ -263,6 +263,23 @@ def test_a_file_that_cannot_be_written_is_one_line_and_leaves_nothing(
         assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
+def test_a_file_for_a_folder_that_does_not_exist_is_one_line_and_makes_nothing(
+        good_run: tuple[Path, Path], tmp_path: Path) -> None:
+    """A typo in the folder of ``export --har`` or ``report -o`` makes no
+    tree of folders: one line naming the folder and what to do, exit 2."""
+    _, run = good_run
+    for args, target in ((["export", str(run), "--har", "typo/dir/x.har"], "typo/dir/x.har"),
+                         (["report", str(run), "-o", "typo/x.html"], "typo/x.html")):
+        done = wiretape(*args, cwd=tmp_path)
+        err = no_traceback(done)
+        assert done.returncode == 2, err
+        folder = target.rsplit("/", 1)[0]
+        assert err.splitlines() == [
+            f"wiretape: error: cannot write {target}: the folder {folder} does not exist; "
+            f"create it first (mkdir -p {folder}) or name a file in a folder that exists"], err
+        assert not (tmp_path / "typo").exists()
+
+
 @pytest.mark.parametrize("command", [["replay"], ["show"], ["verdict"], ["report"],
                                      ["export", "--har", "x.har"], ["scrub"]])
 def test_a_folder_or_a_fifo_given_as_a_run_says_what_it_is(tmp_path: Path,

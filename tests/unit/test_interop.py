@@ -338,3 +338,85 @@ def test_websocket_messages_round_trip_and_chrome_s_are_read(tmp_path: Path) -> 
     assert ex.messages[3].close_code == 1000
     assert all(abs(m.offset_ns - o.offset_ns) < 1_000_000
                for m, o in zip(ex.messages, messages, strict=True))
+
+
+def _chrome_session(messages: object) -> dict[str, object]:
+    """A browser's HAR of one WebSocket session with these messages."""
+    return {"log": {"version": "1.2", "entries": [{
+        "startedDateTime": "2026-01-01T00:00:00Z", "time": 5, "_resourceType": "websocket",
+        "request": {"method": "GET", "url": "wss://api.openai.com/v1/responses", "headers": []},
+        "response": {"status": 101, "statusText": "Switching Protocols", "headers": [],
+                     "content": {"size": 0}},
+        "_webSocketMessages": messages}]}}
+
+
+def test_malformed_websocket_messages_are_each_one_import_note(tmp_path: Path) -> None:
+    """Each bad message of a browser's HAR is one note naming the entry, the
+    message and what was done; the good ones are imported as they are, and
+    no raw Python error text reaches the user."""
+    start = 1_767_225_600.0  # the entry's start, in epoch seconds
+    messages: list[object] = [
+        {"type": "send", "time": start + 0.001, "opcode": 1, "data": "hello"},
+        {"type": "receive", "time": start + 0.002, "opcode": 8, "data": None,
+         "_closeCode": 1000},
+        {"type": "receive", "time": start, "opcode": 99, "data": "x"},
+        {"type": "sideways", "time": start, "opcode": 1, "data": "x"},
+        {"type": "send", "time": start, "opcode": "text", "data": "x"},
+        {"type": "send", "time": float("nan"), "opcode": 1, "data": "late"},
+        {"type": "send", "time": float("inf"), "opcode": 1, "data": "later"},
+        {"type": "receive", "time": start, "opcode": 2, "data": "not base64!"},
+        {"type": "receive", "time": start, "opcode": 1, "data": 5},
+        {"type": "send", "time": start, "opcode": 8, "data": "", "_closeCode": 99999},
+        "a string",
+    ]
+    source = tmp_path / "bad.har"
+    source.write_text(json.dumps(_chrome_session(messages)))
+    done = import_har(source, tmp_path / "bad.wtape")
+    assert list(done.notes) == [
+        "entry 0, WebSocket message 1: its data is null; imported as an empty payload",
+        "entry 0, WebSocket message 2: its opcode 99 is not one RFC 6455 names (1 text, "
+        "2 binary, 8 close, 9 ping, 10 pong); the message was left out (fix it in the HAR "
+        "and import again to keep it)",
+        "entry 0, WebSocket message 3: its type \"sideways\" is neither send (client to "
+        "server) nor receive; the message was left out (fix it in the HAR and import again "
+        "to keep it)",
+        "entry 0, WebSocket message 4: its opcode \"text\" is not one RFC 6455 names (1 text, "
+        "2 binary, 8 close, 9 ping, 10 pong); the message was left out (fix it in the HAR "
+        "and import again to keep it)",
+        "entry 0, WebSocket message 5: its time NaN is not a number of seconds since the "
+        "epoch; imported at the previous message's time",
+        "entry 0, WebSocket message 6: its time Infinity is not a number of seconds since the "
+        "epoch; imported at the previous message's time",
+        "entry 0, WebSocket message 7: it is binary (opcode 2) but its data is not base64; "
+        "the message was left out (fix it in the HAR and import again to keep it)",
+        "entry 0, WebSocket message 8: its data is a number, not text; the message was left "
+        "out (fix it in the HAR and import again to keep it)",
+        "entry 0, WebSocket message 9: its close code 99999 is not one RFC 6455 allows (1000 "
+        "to 4999); imported with no code",
+        "entry 0, WebSocket message 10: it is a string, not an object; the message was left "
+        "out (fix it in the HAR and import again to keep it)",
+    ]
+    with RunFile.open(done.path) as run:
+        (ex,) = run.exchanges()
+        assert run.info().extra["import_notes"] == json.dumps(list(done.notes))
+    assert [(m.direction, m.opcode.value, m.payload, m.close_code) for m in ex.messages] == [
+        ("client", "text", b"hello", None), ("server", "close", b"", 1000),
+        ("client", "text", b"late", None), ("client", "text", b"later", None),
+        ("client", "close", b"", None)]
+    first, second, late, later = (m.offset_ns for m in ex.messages[:4])
+    assert abs(first - 1_000_000) < 1_000 and abs(second - 2_000_000) < 1_000
+    assert late == later == second  # (epoch seconds as a float: microsecond-exact at best)
+
+
+@pytest.mark.parametrize("value", ["messages", {"0": {}}, 7])
+def test_websocket_messages_that_are_not_a_list_are_one_note(tmp_path: Path,
+                                                            value: object) -> None:
+    source = tmp_path / "odd.har"
+    source.write_text(json.dumps(_chrome_session(value)))
+    done = import_har(source, tmp_path / "odd.wtape")
+    (note,) = done.notes
+    assert note.startswith("entry 0: its _webSocketMessages is a")
+    assert note.endswith(", not a list of messages; no message of this session was imported "
+                         "(fix it in the HAR and import again to keep them)")
+    with RunFile.open(done.path) as run:
+        assert run.exchanges()[0].messages == ()

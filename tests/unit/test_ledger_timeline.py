@@ -224,3 +224,17 @@ def test_json_forms_hold_every_field_in_order() -> None:
     expected_entry = _as_asdict_gave_it(entry)
     assert isinstance(expected_entry, dict)
     assert json.dumps(entry.to_json()) == json.dumps({**expected_entry, "status": "pending"})
+
+
+def test_a_websocket_session_s_bytes_are_its_messages_payloads() -> None:
+    from wiretape.model import Message as WsMessage
+    from wiretape.model import Opcode
+
+    info = RunInfo("run_000000000000", "t", (), "/", (), (), started_at_ns=1_000)
+    session = Exchange(0, 1, "openai", 1_000, Request(b"GET", b"/v1/responses", (), b""),
+                       Response(101, b"Switching Protocols", (), ()), Ending.COMPLETE, 5, 90,
+                       None, (WsMessage("client", Opcode.TEXT, b"x" * 300, 10),
+                              WsMessage("server", Opcode.BINARY, b"\x00" * 45, 20),
+                              WsMessage("client", Opcode.CLOSE, b"bye", 30, 1000)))
+    (row,) = timeline(info, [session], [(0, read_exchange(session))])
+    assert row.bytes == 348

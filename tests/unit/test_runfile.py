@@ -283,3 +283,64 @@ def test_a_damaged_message_row_is_one_clear_error(tmp_path: Path) -> None:
     with open_run(tmp_path / "d.wtape") as damaged, pytest.raises(RunFileError) as err:
         damaged.exchanges()
     assert "message 0 of exchange 0: its opcode is 'smoke'" in str(err.value)
+
+
+def _session(*payloads: bytes) -> Exchange:
+    from wiretape.model import Message, Opcode
+
+    messages = tuple(Message("client" if i % 2 == 0 else "server", Opcode.TEXT, p, 10 + i)
+                     for i, p in enumerate(payloads))
+    return Exchange(0, 1, "openai", 1, Request(b"GET", b"/v1/responses", (), b""),
+                    Response(101, b"Switching Protocols", ((b"Upgrade", b"websocket"),), ()),
+                    Ending.COMPLETE, 3, 14, None, messages)
+
+
+@pytest.mark.parametrize("compress_later", [False, True])
+def test_large_message_payloads_are_stored_compressed_and_read_back_identical(
+        tmp_path: Path, compress_later: bool) -> None:
+    """Two 5 MB echo messages of one repeated byte (and a small one, kept in
+    its row) give a file far smaller than the payloads, whether compressed
+    by the commit or afterwards (as a recording does), read back
+    byte-identical and counted in the run's bytes."""
+    big, other, small = b"A" * (5 << 20), b"B" * (5 << 20) + b"!", b'{"type":"ping"}'
+    session = _session(big, big, other, small)
+    run = RunFile.create(tmp_path / "w.wtape", INFO)
+    run.write_exchange(session, compress_later=compress_later)
+    run.close(compact=True)
+    assert (tmp_path / "w.wtape").stat().st_size < 256 * 1024
+    with open_run(tmp_path / "w.wtape") as again:
+        (read,) = again.exchanges()
+        assert again.body_bytes() == 2 * len(big) + len(other) + len(small)
+    assert read == session
+    db = sqlite3.connect(tmp_path / "w.wtape")
+    rows = db.execute("SELECT size, payload IS NULL, blob FROM messages ORDER BY idx").fetchall()
+    db.close()
+    assert [(size, held) for size, held, _ in rows] == [
+        (len(big), True), (len(big), True), (len(other), True), (len(small), False)]
+    assert rows[0][2] == rows[1][2] != rows[2][2] and rows[3][2] is None  # stored once
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    ("UPDATE messages SET blob = 'ab' || substr(blob, 3) WHERE idx = 0",
+     "message 0 of exchange 0: its payload is in the body 'ab"),
+    ("UPDATE messages SET size = size + 1 WHERE idx = 0",
+     "message 0 of exchange 0: it says its payload is 5121 bytes but 5120 are stored"),
+    ("UPDATE messages SET size = 3 WHERE idx = 1",
+     "message 1 of exchange 0: it says its payload is 3 bytes but 2 are stored"),
+    ("UPDATE messages SET payload = x'00' WHERE idx = 0",
+     "message 0 of exchange 0: it holds its payload and names a body too"),
+    ("UPDATE blobs SET size = 7 WHERE hash = (SELECT blob FROM messages WHERE idx = 0)",
+     "says it is 7 bytes"),
+])
+def test_a_hostile_message_row_is_one_clear_error(tmp_path: Path, edit: str, said: str) -> None:
+    run = RunFile.create(tmp_path / "h.wtape", INFO)
+    run.write_exchange(_session(b"x" * 5120, b"ok"))
+    run.close(compact=True)
+    db = sqlite3.connect(tmp_path / "h.wtape", isolation_level=None)
+    db.execute(edit)
+    db.close()
+    with open_run(tmp_path / "h.wtape") as hostile, pytest.raises(RunFileError) as err:
+        hostile.exchanges()
+    message = str(err.value)
+    assert said in message and "damaged or was edited" in message
+    assert "\n" not in message and "Traceback" not in message

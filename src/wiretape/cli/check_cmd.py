@@ -192,7 +192,8 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
         from wiretape.suite.junit import junit_xml
 
         write_whole(junit_path, junit_xml(results, duration_s=duration,
-                                          name_of=lambda r: display(r.path), describe=describe))
+                                          name_of=lambda r: display(r.path), describe=describe),
+                    make_folder=True)
     count = {status: sum(1 for r in results if r.status is status) for status in Status}
     skipped = f", {count[Status.SKIP]} skipped (no command)" if count[Status.SKIP] else ""
     click.echo(f"\nwiretape check: {len(results)} run{'s' if len(results) != 1 else ''}: "

@@ -11,15 +11,32 @@ from pathlib import Path
 from wiretape.errors import UsageError
 
 
-def write_whole(path: Path, data: bytes) -> None:
+def check_folder(path: Path) -> None:
+    """Refuse, before any work, a file to write whose folder does not exist
+    (a typo in ``-o`` would otherwise make a tree of folders): the report
+    and a HAR export go only into a folder that is there. Raises UsageError
+    (one line)."""
+    folder = path.parent
+    if not folder.exists() and not folder.is_symlink():
+        raise UsageError(f"cannot write {path}: the folder {folder} does not exist; create it "
+                         f"first (mkdir -p {folder}) or name a file in a folder that exists")
+
+
+def write_whole(path: Path, data: bytes, *, make_folder: bool = False) -> None:
     """Write ``data`` to ``path``: first to a temporary file beside it, then
     renamed over it, so ``path`` holds either its old content or all of the
-    new. Raises UsageError (one line) when it cannot be written."""
+    new. ``make_folder``: make its folder when missing (the JUnit file, as
+    pytest's ``--junitxml`` does); else a missing folder is refused
+    (:func:`check_folder`). Raises UsageError (one line) when it cannot be
+    written."""
     import tempfile  # here: ``wiretape --help`` does not need it
 
     folder = path.parent
+    if not make_folder:
+        check_folder(path)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        if make_folder:
+            folder.mkdir(parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=folder)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wiretape.cli.files import text_bytes, write_whole
+from wiretape.cli.files import check_folder, text_bytes, write_whole
 from wiretape.cli.render import (
     Escaped,
     json_text,
@@ -153,6 +153,8 @@ def report(run: str, out: Path | None) -> None:
     """
     from wiretape.inspect.report import render
 
+    if out is not None:
+        check_folder(out)  # before the run is read
     ov = _read(run, "reading")
     page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts,
                   {e.seq: e.messages for e in ov.exchanges if e.messages})
@@ -182,6 +184,8 @@ def export(run: str, har_file: Path) -> None:
     from wiretape.store.locate import resolve_run
     from wiretape.store.runfile import RunFile
 
+    if str(har_file) != "-":
+        check_folder(har_file)  # before the run is read
     path = resolve_run(run)
     with RunFile.open(path) as rf:
         progress = Progress.on_stderr("exporting", rf.exchange_count())

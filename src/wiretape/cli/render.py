@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from wiretape.inspect.printable import UNPRINTABLE, escaped
+from wiretape.inspect.printable import printable as printable  # (used across the CLI)
+
 if TYPE_CHECKING:
     from wiretape.inspect.diff import RunDiff
     from wiretape.launch.record import RecordResult
@@ -21,32 +24,7 @@ if TYPE_CHECKING:
     from wiretape.playback.verdict import Verdict
 
 
-#: What is never printed as it is: C0 and C1 control characters (a
-#: terminal acts on ESC, BEL, CR ...), the bidirectional overrides (they
-#: reorder what is shown), and lone surrogates (bytes that were not UTF-8).
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escaped(match: re.Match[str]) -> str:
-    char = match.group()
-    code = ord(char)
-    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (PEP 383)
-        return f"\\x{code - 0xDC00:02x}"
-    if code > 0xFF:
-        return f"\\u{code:04x}"
-    return _NAMED.get(char, f"\\x{code:02x}")
-
-
-def printable(text: str, keep: str = "") -> str:
-    """``text`` from a run file safe to print: control characters (ESC, BEL,
-    CR, newline, C1 ...), bidirectional overrides and bytes that were not
-    UTF-8 are shown as escapes (``\\x1b``, ``\\n``, ``\\xe9``), except those in
-    ``keep`` (``"\\n\\t"`` where a body is shown on several lines on purpose)."""
-    if not keep:
-        return _UNPRINTABLE.sub(_escaped, text)
-    return _UNPRINTABLE.sub(lambda m: m.group() if m.group() in keep else _escaped(m), text)
 
 
 def json_text(value: object) -> str:
@@ -55,14 +33,14 @@ def json_text(value: object) -> str:
     overrides; JSON itself escapes C0) and every lone surrogate written as a
     JSON escape, which reads back as the same string."""
     text = json.dumps(value, indent=2, ensure_ascii=False)
-    return _UNPRINTABLE.sub(lambda m: m.group() if m.group() == "\n"
-                            else f"\\u{ord(m.group()):04x}", text)
+    return UNPRINTABLE.sub(lambda m: m.group() if m.group() == "\n"
+                           else f"\\u{ord(m.group()):04x}", text)
 
 
 def surrogates_escaped(text: str) -> str:
     """``text`` with only its lone surrogates escaped (a file that is not
     printed to a terminal: the HTML report)."""
-    return _SURROGATE.sub(_escaped, text)
+    return _SURROGATE.sub(escaped, text)
 
 
 class Escaped:

@@ -193,29 +193,108 @@ def _ws_message(m: Message, started_at_ns: int) -> dict[str, object]:
     return out
 
 
-def _ws_messages(value: object, started_at_ns: int) -> tuple[Message, ...]:
+#: The largest offset (ns) a message may have: a signed 64-bit column.
+_MAX_OFFSET_NS = (1 << 63) - 1
+_OPCODE_NAMES = ", ".join(f"{code} {op.value}" for op, code in _WS_OPCODES.items())
+_LEFT_OUT = "the message was left out (fix it in the HAR and import again to keep it)"
+
+
+def _ws_messages(value: object, started_at_ns: int, where: str,
+                 notes: list[str]) -> tuple[Message, ...]:
     """The ``_webSocketMessages`` of an entry (Chrome's, or ours with their
-    exact offsets) as messages; those of an opcode RFC 6455 does not name
-    are left out. Raises ValueError, KeyError, TypeError."""
+    exact offsets) as messages. Untrusted: each thing wrong is one note in
+    ``notes`` naming ``where`` (the entry) and the message's index, and
+    what was done: a message that cannot be read as one (not an object, an
+    opcode RFC 6455 §11.8 does not name, a ``type`` other than send or
+    receive, data that is not text, binary data that is not base64) is left
+    out; ``data: null`` is an empty payload; a time that is not a number of
+    seconds since the epoch places the message at the previous one's
+    offset; a close code RFC 6455 §7.4 does not allow is dropped."""
+    if value is None:
+        return ()
     if not isinstance(value, list):
+        notes.append(f"{where}: its _webSocketMessages is {_json_kind(value)}, not a list of "
+                     "messages; no message of this session was imported (fix it in the HAR "
+                     "and import again to keep them)")
         return ()
     by_code = {code: op for op, code in _WS_OPCODES.items()}
-    out = []
-    for item in value:
-        m = _obj(item, "a WebSocket message")
-        op = by_code.get(int(m.get("opcode", 1)))
-        if op is None:
+    out: list[Message] = []
+    for i, item in enumerate(value):
+        here = f"{where}, WebSocket message {i}"
+        if not isinstance(item, dict):
+            notes.append(f"{here}: it is {_json_kind(item)}, not an object; {_LEFT_OUT}")
             continue
-        raw = str(m.get("data", ""))
-        payload = (base64.b64decode(raw, validate=True) if op is Opcode.BINARY
-                   else raw.encode("utf-8"))
+        m: _Untrusted = item
+        code = m.get("opcode", 1)
+        op = by_code.get(code) if type(code) is int else None
+        if op is None:
+            notes.append(f"{here}: its opcode {_shown(code)} is not one RFC 6455 names "
+                         f"({_OPCODE_NAMES}); {_LEFT_OUT}")
+            continue
+        kind = m.get("type")
+        if kind not in ("send", "receive"):
+            notes.append(f"{here}: its type {_shown(kind)} is neither send (client to "
+                         f"server) nor receive; {_LEFT_OUT}")
+            continue
+        raw = m.get("data")
+        if raw is None:
+            if "data" in m:
+                notes.append(f"{here}: its data is null; imported as an empty payload")
+            raw = ""
+        if not isinstance(raw, str):
+            notes.append(f"{here}: its data is {_json_kind(raw)}, not text; {_LEFT_OUT}")
+            continue
+        try:
+            payload = (base64.b64decode(raw, validate=True) if op is Opcode.BINARY
+                       else raw.encode("utf-8"))
+        except UnicodeEncodeError:
+            notes.append(f"{here}: its data holds a lone surrogate (a \\u escape that is not "
+                         f"a character), which is not UTF-8 text; {_LEFT_OUT}")
+            continue
+        except (binascii.Error, ValueError):
+            notes.append(f"{here}: it is binary (opcode 2) but its data is not base64; "
+                         f"{_LEFT_OUT}")
+            continue
         offset = m.get("_offset_ns")
-        if not isinstance(offset, int):
-            offset = max(0, int(float(m.get("time", 0)) * 1e9) - started_at_ns)
-        code = m.get("_closeCode")
-        out.append(Message("client" if m.get("type") == "send" else "server", op, payload,
-                           offset, code if isinstance(code, int) else None))
+        if type(offset) is not int or not 0 <= offset <= _MAX_OFFSET_NS:
+            offset = _offset(m.get("time"), started_at_ns)
+            if offset is None:
+                offset = out[-1].offset_ns if out else 0
+                notes.append(f"{here}: its time {_shown(m.get('time'))} is not a number of "
+                             "seconds since the epoch; imported at the previous message's "
+                             "time")
+        close = m.get("_closeCode")
+        if close is not None and (type(close) is not int or not 1000 <= close <= 4999):
+            notes.append(f"{here}: its close code {_shown(close)} is not one RFC 6455 allows "
+                         "(1000 to 4999); imported with no code")
+            close = None
+        out.append(Message("client" if kind == "send" else "server", op, payload, offset,
+                           close if op is Opcode.CLOSE else None))
     return tuple(out)
+
+
+def _offset(time: object, started_at_ns: int) -> int | None:
+    """A Chrome message ``time`` (epoch seconds) as ns from the session's
+    start (0 when before it); None when it is not a finite number that fits."""
+    if type(time) not in (int, float):
+        return None
+    ns = float(cast(float, time)) * 1e9
+    if not 0 <= ns <= _MAX_OFFSET_NS:  # (NaN is neither)
+        return None
+    return min(_MAX_OFFSET_NS, max(0, int(ns) - started_at_ns))
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _shown(value: object) -> str:
+    """A JSON value as a note quotes it: short, one line."""
+    text = json.dumps(value, ensure_ascii=True)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def export_har(info: RunInfo, exchanges: Iterator[Exchange],
@@ -343,14 +422,15 @@ def _exchange(n: int, entry: _Untrusted, origins: dict[str, Origin],
                         request, response, Ending(ours["ending"]), ttfb, duration,
                         ours.get("error"),
                         _ws_messages(entry.get("_webSocketMessages"),
-                                     ours["started_at_ns"])), facts
+                                     ours["started_at_ns"], f"entry {n}", notes)), facts
     conn = str(entry.get("connection", ""))
     started = _started(entry.get("startedDateTime"))
     return Exchange(n, int(conn) if conn.isdigit() else n, origins[base].name,
                     started, request, response,
                     Ending.COMPLETE if response else Ending.ORIGIN_UNREACHABLE,
                     ttfb if response else None, duration, None,
-                    _ws_messages(entry.get("_webSocketMessages"), started)), []
+                    _ws_messages(entry.get("_webSocketMessages"), started, f"entry {n}",
+                                 notes)), []
 
 
 def _info(log: _Untrusted, origins: dict[str, Origin], source: str,

@@ -6,8 +6,9 @@ their verdicts and divergences side by side.
 The page references nothing outside itself: styles and the small script
 are inline in ``report_template.html`` (package data), and a
 Content-Security-Policy forbids loading anything else. Every value from the
-run is HTML-escaped. Pure: values in, text out. Knows nothing of run files
-or the CLI.
+run is HTML-escaped, its control characters shown as escapes (``\\x1b``,
+as ``show`` prints them). Pure: values in, text out. Knows nothing of run
+files or the CLI.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from string import Template
 from wiretape import __version__
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
+from wiretape.inspect.printable import printable
 from wiretape.inspect.timeline import TimelineRow
 from wiretape.model import COMPARED_FACETS, ReplayRow, RunInfo, facets
 from wiretape.model import Message as WsMessage
@@ -354,11 +356,14 @@ def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
                         .read_text(encoding="utf-8"))
     # The key shapes are masked even in a run recorded before they were
     # redacted everywhere (the masks keep lengths and need no escaping).
-    return redact_str(template.substitute(
+    # Every control character a value holds (an ESC in a payload, a close
+    # reason, a body, a target) is shown as its escape, as ``show`` prints
+    # it: the template itself holds none but newlines.
+    return redact_str(printable(template.substitute(
         version=_e(__version__), title=_e(f"wiretape {info.run_id}"),
         summary=summary(info, path, rows, ledger, verdicts), waterfall=waterfall(rows, sessions),
         ledger=ledger_table(ledger), conversation=conversation(rows, views, sessions),
         replays=replays(verdicts),
         footer=_e(f"wiretape {__version__} · run {info.run_id} · report written "
                   f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M:%S')}"),
-    ), "report")
+    ), keep="\n\t"), "report")

@@ -76,6 +76,11 @@ _ROW_BYTES = 2048
 #: when the rest is compressed later (``write_exchange``): that costs less
 #: than a later transaction. A request this small is compressed on its own.
 _COMPRESS_NOW = 16 * 1024
+#: A WebSocket message payload of at least this many bytes is stored as a
+#: body (content-addressed, compressed: ``store.blobs``) and its row names
+#: it; a smaller one is kept in its row as it is (a body's row and hash
+#: would cost more than compressing it saves).
+MESSAGE_INLINE_MAX = 1024
 _KINDS = ("file", "dir", "symlink")
 _CHANGES = ("added", "modified", "deleted")
 
@@ -571,9 +576,29 @@ class RunFile:
             req_blob, written, final = self._put_request(db, exchange.request, later,
                                                          compress_later, digest, packed)
             resp_blob = put_response(db, later)
-            _insert_exchange(db, exchange, req_blob, resp_blob, frames, redactions)
+            payloads = [self._put_payload(db, m.payload, later, compress_later)
+                        for m in exchange.messages]
+            _insert_exchange(db, exchange, req_blob, resp_blob, frames, redactions, payloads)
         self._committed(req_blob, exchange.request.body, later, compress_later,
-                        written + response_bytes, final)
+                        written + response_bytes + sum(len(m.payload) for m in exchange.messages),
+                        final)
+
+    def _put_payload(self, db: sqlite3.Connection, payload: bytes,
+                     later: list[tuple[str, bytes, blobs.Reference | None]],
+                     compress_later: bool) -> str | None:
+        """Store a WebSocket message's payload of at least
+        ``MESSAGE_INLINE_MAX`` bytes as a body, in the caller's transaction,
+        as a response body is (``compress_later``: a large one committed raw,
+        added to ``later``); its hash, or None for a payload kept in its row."""
+        if len(payload) < MESSAGE_INLINE_MAX:
+            return None
+        if compress_later and len(payload) >= _COMPRESS_NOW:
+            digest = blobs.blob_hash(payload)
+            if blobs.put_raw(db, payload, digest):
+                later.append((digest, payload, None))
+            return digest
+        return blobs.put(db, payload,
+                         packer=self._background_packer if compress_later else self._packer)
 
     def _defer_checkpoints(self) -> None:
         """From the first ``compress_later`` write on, checkpoints are the
@@ -796,21 +821,45 @@ class RunFile:
 
     def _messages(self) -> dict[int, list[Message]]:
         """The WebSocket messages of every exchange that has any, by seq, in
-        order (the caller holds the lock). Raises StoredValueError."""
+        order (the caller holds the lock), each payload read back within
+        the bounds of a body (``blobs.get``) and checked against its row's
+        size. Raises StoredValueError, BlobError."""
         out: dict[int, list[Message]] = {}
-        for seq, idx, direction, opcode, offset_ns, payload, code in self._db.execute(
-            "SELECT seq, idx, direction, opcode, offset_ns, payload, close_code FROM messages"
-            " ORDER BY seq, idx"
+        for seq, idx, direction, opcode, offset_ns, size, inline, digest, code in self._db.execute(
+            "SELECT seq, idx, direction, opcode, offset_ns, size, payload, blob, close_code"
+            " FROM messages ORDER BY seq, idx"
         ):
             what = f"message {idx} of exchange {seq}"
             side = shapes.one_of(direction, ("client", "server"), f"{what}: its direction")
             out.setdefault(shapes.integer(seq, "a message's exchange"), []).append(Message(
                 "client" if side == "client" else "server",
                 Opcode(shapes.one_of(opcode, _OPCODES, f"{what}: its opcode")),
-                shapes.blob(payload, f"{what}: its payload"),
+                self._payload(what, size, inline, digest),
                 shapes.integer(offset_ns, f"{what}: its time offset"),
                 shapes.optional_integer(code, f"{what}: its close code", 0, 4999)))
         return out
+
+    def _payload(self, what: str, size: object, inline: object, digest: object) -> bytes:
+        """A message's payload as its row gives it: in the row, or in the
+        body the row names, never both, and of the row's size. Raises
+        StoredValueError, BlobError."""
+        size = shapes.integer(size, f"{what}: its size", 0, blobs.MAX_BLOB_BYTES)
+        if digest is None:
+            payload = shapes.blob(inline, f"{what}: its payload")
+        elif inline is not None:
+            raise shapes.StoredValueError(f"{what}: it holds its payload and names a body too")
+        else:
+            name = shapes.text(digest, f"{what}: its payload's body")
+            try:
+                payload = blobs.get(self._db, name, self._cache)
+            except KeyError:
+                raise shapes.StoredValueError(
+                    f"{what}: its payload is in the body {name[:12]!r}, which the file does "
+                    "not hold") from None
+        if len(payload) != size:
+            raise shapes.StoredValueError(
+                f"{what}: it says its payload is {size} bytes but {len(payload)} are stored")
+        return payload
 
     def _exchange_from_row(
         self, row: Sequence[Any], frame_rows: list[tuple[int, int, int]]
@@ -911,13 +960,16 @@ class RunFile:
 
     @_damage_is_an_input_error
     def body_bytes(self) -> int:
-        """Bytes of request and response bodies as they crossed the wire."""
+        """Bytes of request and response bodies and of WebSocket message
+        payloads, as they crossed the wire."""
         with self._lock:
             row = self._db.execute(
                 "SELECT coalesce(sum(b.size), 0) FROM exchanges e JOIN blobs b"
                 " ON b.hash = e.request_body OR b.hash = e.response_body"
             ).fetchone()
-        return int(row[0]) if type(row[0]) is int else 0
+            messages = self._db.execute(
+                "SELECT coalesce(sum(size), 0) FROM messages").fetchone()
+        return sum(int(value[0]) if type(value[0]) is int else 0 for value in (row, messages))
 
     # -- snapshots and outcome ---------------------------------------------
 
@@ -1145,9 +1197,11 @@ class RunFile:
 
 def _insert_exchange(db: sqlite3.Connection, exchange: Exchange, req_blob: str,
                      resp_blob: str | None, frames: Iterable[tuple[int, int]],
-                     redactions: Sequence[Redaction]) -> None:
-    """The exchange's row, its frames ((offset_ns, length), in order) and
-    its redactions, in the caller's transaction."""
+                     redactions: Sequence[Redaction], payloads: Sequence[str | None]) -> None:
+    """The exchange's row, its frames ((offset_ns, length), in order), its
+    redactions and its WebSocket messages (``payloads``: per message, the
+    hash of the body holding its payload, or None to keep it in the row),
+    in the caller's transaction."""
     req, resp = exchange.request, exchange.response
     db.execute(
         "INSERT INTO exchanges (seq, connection_id, origin, started_at_ns, method,"
@@ -1184,10 +1238,11 @@ def _insert_exchange(db: sqlite3.Connection, exchange: Exchange, req_blob: str,
         [(exchange.seq, r.location, r.name, r.fingerprint) for r in redactions],
     )
     db.executemany(
-        "INSERT INTO messages (seq, idx, direction, opcode, offset_ns, payload, close_code)"
-        " VALUES (?,?,?,?,?,?,?)",
-        [(exchange.seq, idx, m.direction, m.opcode.value, m.offset_ns, m.payload, m.close_code)
-         for idx, m in enumerate(exchange.messages)])
+        "INSERT INTO messages (seq, idx, direction, opcode, offset_ns, size, payload, blob,"
+        " close_code) VALUES (?,?,?,?,?,?,?,?,?)",
+        [(exchange.seq, idx, m.direction, m.opcode.value, m.offset_ns, len(m.payload),
+          m.payload if digest is None else None, digest, m.close_code)
+         for idx, (m, digest) in enumerate(zip(exchange.messages, payloads, strict=True))])
 
 
 def _frame_rows(seq: int, frames: Iterable[tuple[int, int]],

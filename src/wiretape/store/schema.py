@@ -129,7 +129,10 @@ CREATE TABLE messages (
   direction TEXT NOT NULL,        -- client, server
   opcode TEXT NOT NULL,           -- text, binary, ping, pong, close
   offset_ns INTEGER NOT NULL,     -- from the start of the handshake
-  payload BLOB NOT NULL,          -- as the application saw it (a close: its reason)
+  size INTEGER NOT NULL,          -- the payload's bytes, as the application saw them
+                                  -- (a close: its reason)
+  payload BLOB,                   -- the payload itself when under 1 KiB, else NULL
+  blob TEXT REFERENCES blobs(hash), -- else the body holding it (compressed, shared)
   close_code INTEGER,             -- a close's status code (NULL: none was sent)
   PRIMARY KEY (seq, idx)
 );
