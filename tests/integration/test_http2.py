@@ -235,3 +235,43 @@ def test_a_body_over_the_cap_gets_its_413_with_curl_and_httpx(tmp_path: Path) ->
     with open_run(run) as rf:
         [exchange] = rf.exchanges()
     assert exchange.request.http_version == b"2"
+
+
+def test_the_http_versions_of_both_legs_in_har_and_show(tmp_path: Path) -> None:
+    port, run = free_port(), tmp_path / "versions.wtape"
+    with FakeProvider([TextTurn("Red, yellow and blue.")], delay=0.01) as fp:
+        wt = Wiretape(tmp_path, "serve", "--record", "--upstream", f"{fp.url}/v1",
+                      "--port", str(port), "-o", str(run))
+        try:
+            wt.read_urls()
+            assert curl_h2(port).returncode == 0
+            code, _, err = wt.stop(signal.SIGINT)
+        finally:
+            wt.kill()
+    assert code == 0, err
+
+    def wiretape(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=tmp_path, env=env(),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # HAR: the version on the wire the agent saw, both ways; the origin's kept aside
+    [entry] = json.loads(wiretape("export", str(run), "--har", "-"))["log"]["entries"]
+    assert entry["request"]["httpVersion"] == "HTTP/2"
+    assert entry["response"]["httpVersion"] == "HTTP/2"
+    assert entry["_wiretape"]["response_http_version"] == "1.1"
+    har = tmp_path / "versions.har"
+    har.write_text(json.dumps({"log": json.loads(wiretape("export", str(run), "--har", "-"))[
+        "log"]}))
+    wiretape("import", "--har", str(har), "-o", str(tmp_path / "back.wtape"))
+    with open_run(tmp_path / "back.wtape") as rf:
+        [back] = rf.exchanges()
+    assert back.request.http_version == b"2"
+    assert back.response is not None and back.response.http_version == b"1.1"
+
+    # show: both legs, in text and JSON
+    lines = wiretape("show", str(run), "--exchange", "0").splitlines()
+    assert "  HTTP/2 with the agent, HTTP/1.1 with the origin" in lines
+    shown = json.loads(wiretape("show", str(run), "--exchange", "0", "--json"))
+    assert shown["http_version"] == {"agent": "HTTP/2", "origin": "HTTP/1.1"}

@@ -187,9 +187,9 @@ class Wiretape:
                 pending += chunk
                 *done, pending = pending.split(b"\n")
                 for line in done:
-                    name, _, url = line.decode().partition(": ")
+                    label, _, url = line.decode().partition(": ")
                     # (the unnamed origin, ``upstream``, is printed as ``listening``)
-                    self.urls["upstream" if name == "listening" else name] = url
+                    self.urls["upstream" if label == "listening" else label] = url
             else:
                 time.sleep(0.02)
         os.set_blocking(self.proc.stdout.fileno(), True)
