@@ -199,3 +199,79 @@ def test_a_refused_http2_connection_alone_is_not_called_an_agent_that_never_call
     assert code == 0, err
     assert "1 x 400 http2_protocol_error" in err
     assert "never called the proxy" not in err
+
+
+def test_a_body_over_the_cap_gets_its_413_with_curl_and_httpx(tmp_path: Path) -> None:
+    port, run = free_port(), tmp_path / "big.wtape"
+    big = tmp_path / "big.json"
+    big.write_bytes(json.dumps({"model": "m", "input": "x" * 3_000_000}).encode())
+    with FakeProvider([TextTurn("Red.")], delay=0.01) as fp:
+        wt = Wiretape(tmp_path, "serve", "--record", "--upstream", f"{fp.url}/v1",
+                      "--port", str(port), "--max-body", "2000000", "-o", str(run))
+        try:
+            wt.read_urls()
+            curl = subprocess.run(
+                ["curl", "-sS", "--http2-prior-knowledge", "-H", "content-type: application/json",
+                 "--data-binary", f"@{big}", "-w", "\n%{http_code} %{http_version}\n",
+                 f"http://127.0.0.1:{port}/v1/chat/completions"],
+                capture_output=True, timeout=30)
+            httpx_run = subprocess.run(
+                [sys.executable, str(CLIENTS / "h2_oversized.py"), "3000000"],
+                env={**env(), "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"},
+                capture_output=True, text=True, timeout=60)
+            code, _, err = wt.stop(signal.SIGINT)
+        finally:
+            wt.kill()
+    # curl: the 413 whole, exit 0 (not "(92) Stream error in the HTTP/2 framing layer")
+    assert curl.returncode == 0, curl.stderr
+    body, _, tail = curl.stdout.rpartition(b"\n413 ")
+    assert tail == b"2\n" and b'"request_too_large"' in body, curl.stdout
+    # httpx: the 413 (not a timeout), then the connection serves the next request
+    assert httpx_run.returncode == 0, httpx_run.stderr
+    assert httpx_run.stdout.splitlines() == ["HTTP/2 413 request_too_large", "HTTP/2 200 -"]
+    assert code == 0, err
+    assert "refused before forwarding (not recorded): 2 x 413 request_too_large" in err
+    assert "http2_protocol_error" not in err and "Traceback" not in err
+    with open_run(run) as rf:
+        [exchange] = rf.exchanges()
+    assert exchange.request.http_version == b"2"
+
+
+def test_the_http_versions_of_both_legs_in_har_and_show(tmp_path: Path) -> None:
+    port, run = free_port(), tmp_path / "versions.wtape"
+    with FakeProvider([TextTurn("Red, yellow and blue.")], delay=0.01) as fp:
+        wt = Wiretape(tmp_path, "serve", "--record", "--upstream", f"{fp.url}/v1",
+                      "--port", str(port), "-o", str(run))
+        try:
+            wt.read_urls()
+            assert curl_h2(port).returncode == 0
+            code, _, err = wt.stop(signal.SIGINT)
+        finally:
+            wt.kill()
+    assert code == 0, err
+
+    def wiretape(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=tmp_path, env=env(),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # HAR: the version on the wire the agent saw, both ways; the origin's kept aside
+    [entry] = json.loads(wiretape("export", str(run), "--har", "-"))["log"]["entries"]
+    assert entry["request"]["httpVersion"] == "HTTP/2"
+    assert entry["response"]["httpVersion"] == "HTTP/2"
+    assert entry["_wiretape"]["response_http_version"] == "1.1"
+    har = tmp_path / "versions.har"
+    har.write_text(json.dumps({"log": json.loads(wiretape("export", str(run), "--har", "-"))[
+        "log"]}))
+    wiretape("import", "--har", str(har), "-o", str(tmp_path / "back.wtape"))
+    with open_run(tmp_path / "back.wtape") as rf:
+        [back] = rf.exchanges()
+    assert back.request.http_version == b"2"
+    assert back.response is not None and back.response.http_version == b"1.1"
+
+    # show: both legs, in text and JSON
+    lines = wiretape("show", str(run), "--exchange", "0").splitlines()
+    assert "  HTTP/2 with the agent, HTTP/1.1 with the origin" in lines
+    shown = json.loads(wiretape("show", str(run), "--exchange", "0", "--json"))
+    assert shown["http_version"] == {"agent": "HTTP/2", "origin": "HTTP/1.1"}

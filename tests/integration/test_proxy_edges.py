@@ -187,8 +187,9 @@ class Wiretape:
                 pending += chunk
                 *done, pending = pending.split(b"\n")
                 for line in done:
-                    name, _, url = line.decode().partition(": ")
-                    self.urls[name] = url
+                    label, _, url = line.decode().partition(": ")
+                    # (the unnamed origin, ``upstream``, is printed as ``listening``)
+                    self.urls["upstream" if label == "listening" else label] = url
             else:
                 time.sleep(0.02)
         os.set_blocking(self.proc.stdout.fileno(), True)
@@ -389,7 +390,7 @@ def test_running_out_of_descriptors_is_said_once(upstream, tmp_path):
     held: list[socket.socket] = []
     try:
         assert proc.stdout is not None
-        assert proc.stdout.readline().startswith(b"upstream: ")
+        assert proc.stdout.readline().startswith(b"listening: ")
         for _ in range(100):
             held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
         time.sleep(2.5)  # asyncio retries the accept each second

@@ -248,6 +248,9 @@ async def test_record_a_client_leaving_mid_stream_ends_client_gone(tmp_path: Pat
         assert len(up.served[0].chunk_writes()) < len(events)
     [ex] = stored(tmp_path / "r.wtape")
     assert ex.ending is Ending.CLIENT_GONE
+    # why, for the summary's line (exchange #0 client_gone: ...)
+    assert ex.error is not None and ex.error.startswith(
+        "the client left during the response's body: "), ex.error
     assert ex.response is not None and ex.response.status == 200
     frames = [f.data for f in ex.response.frames]
     assert 2 <= len(frames) < len(events)
@@ -507,7 +510,7 @@ async def test_replay_diverged_in_strict_mode_is_rejected_and_stops(tmp_path: Pa
     error = rejected.json()["error"]
     assert (error["type"], error["code"]) == ("wiretape_error", "replay_diverged")
     assert error["message"] == (f"wiretape replay: POST {CHAT} does not match recorded "
-                                "exchange #0 (diverged: body differ)")
+                                "exchange #0 (diverged: body differs)")
     assert rp.stops == [f"diverged request POST {CHAT}"]
     assert after.status == 400 and after.json()["error"]["code"] == "replay_stopped"
     assert logged(path, rp.replayer.replay_id) == [(0, "diverged", 0, False, CHAT)]

@@ -23,6 +23,7 @@ import pytest
 from support.inproc import RawClient, in_loop, listening
 from wiretape.intercept.ca import RunCA
 from wiretape.model import Request
+from wiretape.proxy import http2
 from wiretape.proxy.connect import ConnectProxy
 from wiretape.proxy.http1 import (
     ClientConnection,
@@ -406,3 +407,108 @@ async def test_a_header_block_as_large_as_an_http1_head_may_be_is_served() -> No
     assert announced == 256 * 1024
     assert client.replies[sid].header(b":status") == b"200"
     assert dict(app.seen[0][1].headers)[b"x-big"] == b"v" * 200_000
+
+
+async def upload(client: H2Client, sid: int, body: bytes, *, stop_when_answered: bool) -> int:
+    """Send ``body`` on ``sid`` as its window allows, reading (and
+    acknowledging) what comes back meanwhile, until the body is sent, the
+    stream is reset, or (``stop_when_answered``) its answer is whole: then
+    the upload is ended short with an empty END_STREAM, as curl does.
+    Returns the bytes sent."""
+    sent = 0
+    while sent < len(body):
+        reply = client.replies[sid]
+        if reply.reset is not None:
+            return sent
+        if stop_when_answered and reply.ended:
+            client.h2.end_stream(sid)
+            await client.flush()
+            return sent
+        room = min(client.h2.local_flow_control_window(sid), client.h2.max_outbound_frame_size,
+                   len(body) - sent)
+        if room:
+            client.h2.send_data(sid, body[sent:sent + room], end_stream=sent + room == len(body))
+            sent += room
+            await client.flush()
+            continue
+        data = await asyncio.wait_for(client.reader.read(65536), 5)
+        assert data, "the proxy closed the connection during the upload"
+        for event in client.h2.receive_data(data):
+            client._handle(event)
+        await client.flush()
+    return sent
+
+
+async def open_upload(client: H2Client, size: int) -> int:
+    sid = client.h2.get_next_available_stream_id()
+    client.h2.send_headers(sid, [(b":method", b"POST"), (b":scheme", b"http"),
+                                 (b":authority", b"h"), (b":path", b"/v1/big"),
+                                 (b"content-length", b"%d" % size)])
+    client.replies[sid] = Reply()
+    await client.flush()
+    return sid
+
+
+@in_loop
+async def test_over_the_cap_mid_upload_the_413_comes_whole_then_a_clean_reset(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # what is thrown away past the refusal is bounded: then RST_STREAM(NO_ERROR)
+    monkeypatch.setattr(http2, "DISCARD_AT_LEAST", 200_000)
+    app = Answering()
+    async with listening(app.handler_for, max_body=100_000) as (listeners, port):
+        client = await H2Client.open(port)
+        big = await open_upload(client, 3_000_000)
+        sent = await upload(client, big, b"x" * 3_000_000, stop_when_answered=False)
+        await client.read_until(lambda: client.replies[big].reset is not None)
+        ok = await client.request(b"POST", b"/v1/ok", b"{}")
+        await client.read_until(lambda: client.replies[ok].ended)
+        await client.aclose()
+    reply = client.replies[big]
+    assert reply.header(b":status") == b"413" and reply.ended  # the answer whole first
+    assert b"request_too_large" in reply.body
+    assert reply.reset == 0  # NO_ERROR: stop sending, no fault (RFC 9113 §8.1)
+    # the upload went on past the refusal (thrown away, its window kept
+    # open) up to the bound, then the reset stopped it
+    assert 300_000 < sent < 3_000_000
+    assert client.goaway is None
+    assert client.replies[ok].header(b":status") == b"200"
+    assert [r.target for _, r in app.seen] == [b"/v1/ok"]
+    assert listeners.refused == [(413, "request_too_large")]
+
+
+@in_loop
+async def test_over_the_cap_a_client_sending_on_gets_its_window_and_no_reset() -> None:
+    app = Answering()
+    async with listening(app.handler_for, max_body=100_000) as (listeners, port):
+        client = await H2Client.open(port)
+        big = await open_upload(client, 1_000_000)
+        # a client that reads the answer only once its upload is done (httpx)
+        sent = await upload(client, big, b"x" * 1_000_000, stop_when_answered=False)
+        await client.read_until(lambda: client.replies[big].ended)
+        ok = await client.request(b"POST", b"/v1/ok", b"{}")
+        await client.read_until(lambda: client.replies[ok].ended)
+        await client.aclose()
+    assert sent == 1_000_000
+    assert client.replies[big].header(b":status") == b"413"
+    assert client.replies[big].reset is None
+    assert client.replies[ok].header(b":status") == b"200"
+    assert listeners.refused == [(413, "request_too_large")]
+
+
+@in_loop
+async def test_over_the_cap_a_client_ending_its_upload_short_keeps_its_connection() -> None:
+    app = Answering()
+    async with listening(app.handler_for, max_body=100_000) as (listeners, port):
+        client = await H2Client.open(port)
+        big = await open_upload(client, 3_000_000)
+        # curl: once answered, it ends the stream short of its content-length
+        sent = await upload(client, big, b"x" * 3_000_000, stop_when_answered=True)
+        ok = await client.request(b"POST", b"/v1/ok", b"{}")
+        await client.read_until(lambda: client.replies[ok].ended)
+        await client.aclose()
+    assert sent < 3_000_000
+    assert client.replies[big].header(b":status") == b"413"
+    assert client.replies[big].reset is None  # the client ended it: nothing to reset
+    assert client.goaway is None  # a body short of its content-length costs no connection
+    assert client.replies[ok].header(b":status") == b"200"
+    assert listeners.refused == [(413, "request_too_large")]

@@ -61,7 +61,10 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
         view = ov.views[seq]
         row = next(r for r in ov.rows if r.seq == seq)
         data: dict[str, object] = {
-            **row.to_json(), "request": view.request.to_json(),
+            **row.to_json(),
+            "http_version": dict(zip(("agent", "origin"), text.http_versions(exchange),
+                                     strict=True)),
+            "request": view.request.to_json(),
             "response": view.response.to_json() if view.response else None,
             "tool_results": [{"call_id": c, "name": n} for c, n in view.tool_results],
         }

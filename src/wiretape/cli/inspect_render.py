@@ -102,6 +102,9 @@ def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
              (f"  origin {_p(exchange.origin)}, connection {exchange.connection_id}, started "
               f"+{ms(row.offset_ns)}, ttfb {ms(row.ttfb_ns)}, duration {ms(row.duration_ns)}, "
               f"{_n(row.frames, 'frame')}, {human_bytes(row.bytes)}, ended {_p(row.ending)}")]
+    agent, origin = http_versions(exchange)
+    lines.append(f"  {_p(agent)} with the agent"
+                 + (f", {_p(origin)} with the origin" if origin else ""))
     if exchange.error:
         lines.append(style(f"  error: {_p(exchange.error)}", fg="red"))
     lines.append(
@@ -155,6 +158,17 @@ def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
             lines.append(f"  #{i} +{f.offset_ns / 1e6:.1f} ms {len(f.data)} B "
                          f"{_p(repr(f.data.decode('utf-8', 'backslashreplace')))}")
     return lines
+
+
+def http_versions(exchange: Exchange) -> tuple[str, str | None]:
+    """The HTTP versions of an exchange's two legs, as ``HTTP/2``: the one
+    the agent spoke (its request, and the response as it got it), and the
+    one the origin answered in (None when the origin gave no response:
+    none, or one wiretape made)."""
+    origin = None
+    if exchange.response is not None and not exchange.answered_by_wiretape:
+        origin = "HTTP/" + exchange.response.http_version.decode("latin-1")
+    return "HTTP/" + exchange.request.http_version.decode("latin-1"), origin
 
 
 def websocket_lines(exchange: Exchange, limit: int | None = None,

@@ -47,6 +47,14 @@ def _fail(exc: WiretapeError) -> None:
     sys.exit(exc.exit_code)
 
 
+def listening_label(name: str) -> str:
+    """What ``serve`` calls the base URL it prints for origin ``name``:
+    ``listening`` for the unnamed origin (``--upstream URL``, named
+    ``upstream``: not to be read as the upstream's URL), the name itself
+    for a named one (``--upstream openai=URL``)."""
+    return "listening" if name == "upstream" else name
+
+
 def _ports(values: Sequence[str]) -> list[tuple[str | None, int]]:
     out: list[tuple[str | None, int]] = []
     for value in values:
@@ -391,6 +399,10 @@ def serve(
     """Attach: listen until SIGINT/SIGTERM for an agent configured to call
     the printed URL (for agents that read their origin from a config file).
 
+    Once it listens, it prints one line per origin, the base URL to give
+    the agent: ``listening: URL`` (``NAME: URL`` for an origin given as
+    ``--upstream NAME=URL``).
+
     \b
     Example:
       wiretape serve --record --upstream https://api.openai.com/v1 --port 8089
@@ -406,7 +418,7 @@ def serve(
         from wiretape.launch.origins import proxy_url
 
         for o in origins:
-            click.echo(f"{o.name}: {proxy_url(o.upstream, o.port)}")
+            click.echo(f"{listening_label(o.name)}: {proxy_url(o.upstream, o.port)}")
         sys.stdout.flush()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -441,7 +453,7 @@ def serve(
         for line in render.record_summary(result):
             _say(line)
         sys.exit(result.write_error.exit_code if result.write_error is not None else 0)
-    from wiretape.launch.replay import ReplaySettings
+    from wiretape.launch.replay import ReplaySettings, wanted_port
     from wiretape.launch.replay import replay as do_replay
     from wiretape.playback.pacing import Pace
     from wiretape.store.locate import resolve_run
@@ -452,9 +464,14 @@ def serve(
     with RunFile.open(run_path) as rf:
         recorded_ports = {o.name: o.port for o in rf.info().origins}
 
+    overrides = dict(_ports(ports))
+    primary = next(iter(recorded_ports), "")
+
     def announce_replay(origins: Sequence[Origin]) -> None:
+        # only an origin moved off its taken recorded port: not one given --port
         for o in origins:
-            if recorded_ports.get(o.name) and recorded_ports[o.name] != o.port:
+            if (recorded_ports.get(o.name) and recorded_ports[o.name] != o.port
+                    and not wanted_port(o, overrides, primary)[1]):
                 _say(f"wiretape: warning: {o.name}'s recorded port {recorded_ports[o.name]} is "
                      f"taken, so it listens on {o.port}: point the agent's config there, or free "
                      f"the port, or give --port {o.name}=N")

@@ -5,7 +5,10 @@ Export: one entry per exchange, bodies verbatim (``text`` when the bytes
 are UTF-8, else base64 with ``encoding: "base64"``, compressed bodies
 included), headers in wire order with their redacted values, ``timings``
 from the time to first byte and the duration, and the frame timing in a
-``_frames`` field (offset in ns and size of each frame). What HAR has no
+``_frames`` field (offset in ns and size of each frame). Both
+``httpVersion`` fields are the version the client spoke (an agent served
+HTTP/2 got its response over HTTP/2, whatever the origin leg spoke); the
+origin leg's is ``_wiretape.response_http_version``. What HAR has no
 field for (sequence, origin, raw target, how the exchange ended, the run's
 metadata and redaction facts) goes in ``_wiretape`` members, so our own
 export imports back into an equal run.
@@ -142,6 +145,7 @@ def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> d
             "error": e.error,
             "connection_id": e.connection_id,
             "request_http_version": req.http_version.decode("latin-1"),
+            "response_http_version": resp.http_version.decode("latin-1") if resp else None,
             "response": resp is not None,
             "redactions": [[r.location, r.name, r.fingerprint] for r in redactions],
         },
@@ -163,7 +167,9 @@ def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> d
         content["compression"] = len(decoded) - len(resp.body)
     entry["response"] = {
         "status": resp.status, "statusText": resp.reason.decode("latin-1"),
-        "httpVersion": "HTTP/" + resp.http_version.decode("latin-1"), "cookies": [],
+        # the version on the wire the client read it from: its own request's
+        # (the origin leg's is _wiretape.response_http_version)
+        "httpVersion": "HTTP/" + req.http_version.decode("latin-1"), "cookies": [],
         "headers": _headers(resp.headers), "content": content,
         "redirectURL": (header_value(resp.headers, b"location") or b"").decode("latin-1"),
         "headersSize": -1, "bodySize": len(resp.body),
@@ -397,7 +403,8 @@ def _exchange(n: int, entry: _Untrusted, origins: dict[str, Origin],
     if (ours["response"] if ours else resp.get("status", 0)):
         content: _Untrusted = resp["content"] if isinstance(resp.get("content"), dict) else {}
         body = _text(content.get("text"), content.get("encoding"))
-        version = str(resp.get("httpVersion") or "HTTP/1.1").removeprefix("HTTP/")
+        version = str((ours or {}).get("response_http_version") or resp.get("httpVersion")
+                      or "HTTP/1.1").removeprefix("HTTP/")
         response = Response(int(resp.get("status", 0)), str(resp.get("statusText", "")).encode(
             "latin-1", "replace"), _pairs(resp.get("headers")), (), version.encode("latin-1"))
         sizes = entry.get("_frames")

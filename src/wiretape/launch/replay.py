@@ -166,10 +166,12 @@ def _short_diff(recorded: bytes, replayed: bytes, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[:limit] + "\n... (cut)\n"
 
 
-def _wanted_port(
+def wanted_port(
     origin: Origin, overrides: dict[str | None, int], primary: str
 ) -> tuple[int, bool]:
-    """(port, explicit): a --port override is explicit; else the recorded port."""
+    """(port, explicit) for ``origin`` (its ``port`` the recorded one): a
+    --port override (``overrides``: name, or None for the ``primary``
+    origin, to port) is explicit; else the recorded port."""
     if origin.name in overrides:
         return overrides[origin.name], True
     if None in overrides and origin.name == primary:
@@ -193,7 +195,7 @@ async def bind_replay(listeners: Listeners, origins: Sequence[Origin], replayer:
     bound = []
     for origin in origins:
         _, _, base = parse_upstream(origin.upstream)
-        wanted, explicit = _wanted_port(origin, overrides, primary)
+        wanted, explicit = wanted_port(origin, overrides, primary)
 
         async def listen(port: int, origin: Origin = origin, base: str = base) -> int:
             sock = isolated.listen_sockets([port])[0] if isolated is not None else None

@@ -20,6 +20,18 @@ are dropped, names are lower-cased; each ``send_data`` call is one DATA
 frame unless the peer's window or frame size cuts it. ``abort`` resets the
 stream (RST_STREAM, INTERNAL_ERROR).
 
+A request refused while its body still arrives (413 over the cap, 408
+after a pause, 431, CONNECT) gets its whole answer first (HEADERS, DATA,
+END_STREAM); the rest of its upload is then read and thrown away, its
+flow-control window kept open, until the client ends or resets the stream.
+When the client sends more than :data:`DISCARD_AT_LEAST` bytes (or the cap,
+when larger) past the refusal, or pauses for :data:`LINGER_PAUSE` seconds,
+the stream is reset with NO_ERROR, which asks the client to stop sending
+without error (RFC 9113 §8.1). The reset does not come at once because
+clients still uploading do not all keep the answer they got (curl 7.88
+fails with "Stream error in the HTTP/2 framing layer", httpx waits for a
+window that never opens).
+
 A protocol error from the client (a malformed frame, a bad header block)
 gets the GOAWAY h2 makes for it and one logged line; the other connections
 are served on.
@@ -49,6 +61,12 @@ from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, origin_f
 _READ_SIZE = 65536
 #: Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
 MAX_STREAMS = 100
+#: Bytes of a refused request's upload read and thrown away after its answer
+#: (at least; the body cap when it is larger) before the stream is reset.
+DISCARD_AT_LEAST = 16 * 1024 * 1024
+#: Seconds a refused request's upload may pause (at most; the body timeout
+#: when it is shorter) before the stream is reset.
+LINGER_PAUSE = 5.0
 
 
 def response_fields(status: int, headers: Headers) -> list[tuple[bytes, bytes]]:
@@ -111,13 +129,31 @@ class H2Stream:
         self.method = b"GET"
         self.head: ClientHead | None = None
         self.done = False
+        #: bytes of a refused request's body thrown away
+        self.discarded = 0
+        #: the client ended its side of the stream (END_STREAM)
+        self.upload_ended = False
         self._window = asyncio.Event()
+        #: set when DATA, END_STREAM or a reset arrives for the stream
+        self._arrived = asyncio.Event()
         #: DATA bytes queued since the last write (``more=True``)
         self._held = 0
 
     def wake(self) -> None:
         """The stream's window (or state) may have changed."""
         self._window.set()
+        self._arrived.set()
+
+    async def arrival(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for DATA, END_STREAM or a reset on the
+        stream (or the connection's end); False when none came."""
+        self._arrived.clear()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._arrived.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def _check(self) -> None:
         if self.gone is not None:
@@ -391,7 +427,11 @@ class H2Server:
         assert event.stream_id is not None
         self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
         stream = self._streams.get(event.stream_id)
-        if stream is None or stream.refused:
+        if stream is None:
+            return
+        if stream.refused:  # thrown away, the window kept open (acknowledged above)
+            stream.discarded += len(event.data or b"")
+            stream.wake()
             return
         stream.body += event.data or b""
         if len(stream.body) > self.conn.max_body:
@@ -401,7 +441,11 @@ class H2Server:
 
     def _ended(self, stream_id: int | None) -> None:
         stream = self._streams.get(stream_id or 0)
-        if stream is None or stream.refused:
+        if stream is None:
+            return
+        stream.upload_ended = True
+        if stream.refused:
+            stream.wake()
             return
         request = request_of(stream.fields, bytes(stream.body))
         stream.body = bytearray()
@@ -416,16 +460,37 @@ class H2Server:
 
     def _refuse(self, stream: H2Stream, status: int, code: str, message: str) -> None:
         stream.refused = True
+        if not stream.upload_ended:
+            # The client may end its upload short once it has the answer (curl
+            # does): a body shorter than its content-length is then no error
+            # worth the connection (h2 would make it one: RFC 9113 §8.1.1
+            # makes it a stream error, and the stream is answered already).
+            h2_stream = self.h2.streams.get(stream.stream_id)
+            if h2_stream is not None:
+                h2_stream._expected_content_length = None
         headers, body = self.conn.refusal(status, code, message)
 
         async def answer() -> None:
             await stream.answer(status, b"", headers, body)
-            if not stream.gone:  # the rest of the request is not wanted (RFC 9113 §8.1)
-                with contextlib.suppress(h2.exceptions.H2Error):
-                    self.h2.reset_stream(stream.stream_id, ErrorCodes.NO_ERROR)
-                await self.flush()
+            await self._linger(stream)
 
         self._start(stream, answer())
+
+    async def _linger(self, stream: H2Stream) -> None:
+        """After a refused request's answer: throw its upload away until the
+        client ends or resets the stream; past :data:`DISCARD_AT_LEAST`
+        bytes (or the cap) or a pause of :data:`LINGER_PAUSE` s, reset it
+        with NO_ERROR: the rest is not wanted (RFC 9113 §8.1). Raises
+        ClientGone when the connection is lost."""
+        most = max(self.conn.max_body, DISCARD_AT_LEAST)
+        pause = min(self.conn.limits.body_timeout, LINGER_PAUSE)
+        while stream.gone is None and not stream.upload_ended and stream.discarded <= most:
+            if not await stream.arrival(pause):
+                break
+        if stream.gone is None and not stream.upload_ended:
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self.h2.reset_stream(stream.stream_id, ErrorCodes.NO_ERROR)
+            await self.flush()
 
     def _forget(self, stream: H2Stream) -> None:
         self._streams.pop(stream.stream_id, None)

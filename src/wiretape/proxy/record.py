@@ -187,8 +187,9 @@ class Recorder:
                 left = _declared_length(head)
                 if left is None:
                     await conn.flush()
-            except ClientGone:
+            except ClientGone as exc:
                 client_ok, ending = False, Ending.CLIENT_GONE
+                error = _gone(exc, "before the response's head reached it")
             try:
                 if client_ok:
                     async for chunk in origin_resp.aiter_raw():
@@ -201,8 +202,9 @@ class Recorder:
                         relayed, held = held + chunk, b""  # (an origin that sent too much)
                         try:
                             await conn.send_data(relayed)
-                        except ClientGone:
+                        except ClientGone as exc:
                             ending = Ending.CLIENT_GONE
+                            error = _gone(exc, "during the response's body")
                             break
                         await gathered.spill()  # after the relay: may wait for the disk
             except httpx.TimeoutException as exc:
@@ -451,3 +453,11 @@ def _close_timeout_from_env() -> float:
         return ws_close_timeout(os.environ)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _gone(exc: ClientGone, when: str) -> str:
+    """The stored error of an exchange whose client left: when, and why
+    (what the connection said), e.g. ``the client left during the
+    response's body: the client reset the stream``."""
+    why = " ".join(str(exc).split())[:300] or "the connection closed"
+    return f"the client left {when}: {why}"

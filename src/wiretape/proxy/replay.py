@@ -430,5 +430,6 @@ def _reason(decision: Decision, live: Request) -> str:
     if decision.kind is Kind.MISSING:
         return f"wiretape replay: no recorded exchange left for {route} (missing)"
     fields = ", ".join(decision.comparison.fields)
+    verb = "differs" if len(decision.comparison.fields) == 1 else "differ"
     return (f"wiretape replay: {route} does not match recorded exchange #{decision.seq} "
-            f"({decision.kind.value}: {fields} differ)")
+            f"({decision.kind.value}: {fields} {verb})")
