@@ -20,6 +20,15 @@ message with no recorded one left is missing: nothing was recorded to
 answer it, so the session ends there. Pings and pongs are the connection's
 liveness, answered by the protocol on each side: they are neither matched
 nor sent.
+
+One counting scheme (the verdict's ``messages``): the live client messages
+are decided (exact, substituted, equivalent, diverged, missing); the
+recorded client messages no live one matched are unused (a failure, as an
+unused exchange is); the recorded server messages the replay did not send
+(the client closed or went away first, or the session ended at a
+mismatch) are reported as not sent, and fail nothing by themselves. Every
+message is named by its index in the session (``#N``, as ``show`` lists
+it); a missing one has none.
 """
 
 from __future__ import annotations
@@ -229,10 +238,14 @@ class SessionScript:
         self.used.add(index)
 
     def result(self) -> MessagesJSON:
-        """The decisions so far, and the recorded content messages unused."""
-        unused = [i for i, m in enumerate(self.messages)
-                  if m.opcode in CONTENT and i not in self.used]
-        result: MessagesJSON = {"decisions": list(self.decisions), "unused": unused}
+        """The decisions so far, the recorded client messages unused and
+        the recorded server messages not sent (content ones, by index)."""
+        left = [i for i, m in enumerate(self.messages)
+                if m.opcode in CONTENT and i not in self.used]
+        unused = [i for i in left if self.messages[i].direction == "client"]
+        not_sent = [i for i in left if self.messages[i].direction == "server"]
+        result: MessagesJSON = {"decisions": list(self.decisions), "unused": unused,
+                                "not_sent": not_sent}
         if self.ending is not None:
             result["ending"] = self.ending
         return result
@@ -247,9 +260,20 @@ def _as_request(message: Message) -> Request:
     return Request(b"WEBSOCKET", message.opcode.value.encode(), (), body)
 
 
+def message_label(d: MessageDecisionJSON) -> str:
+    """A live client message named by the recorded one it was compared
+    with (``message #3 (client text)``: its index in the session, as
+    ``show`` lists it), or, missing, as past the recorded ones (``a client
+    close past the recorded ones``)."""
+    if d["recorded"] is None:
+        return f"a client {d['opcode']} past the recorded ones"
+    return f"message #{d['recorded']} (client {d['opcode']})"
+
+
 class MessageCounts(NamedTuple):
-    """The live client messages of replayed sessions by kind, and the
-    recorded content messages unused."""
+    """The live client messages of replayed sessions by kind, the recorded
+    client messages unused, and (reported only) the recorded server
+    messages not sent."""
 
     exact: int = 0
     substituted: int = 0
@@ -257,14 +281,18 @@ class MessageCounts(NamedTuple):
     diverged: int = 0
     missing: int = 0
     unused: int = 0
+    not_sent: int = 0
 
 
 def counts(results: Sequence[MessagesJSON]) -> MessageCounts:
-    """The decisions of sessions' results, counted by kind, and their unused."""
+    """The decisions of sessions' results, counted by kind, their unused
+    client messages and their server messages not sent (a result written
+    before ``not_sent`` existed counts both as unused, as it was judged)."""
     kinds = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
-    unused = 0
+    unused = not_sent = 0
     for result in results:
         for d in result["decisions"]:
             kinds[d["kind"]] += 1
         unused += len(result["unused"])
-    return MessageCounts(**kinds, unused=unused)
+        not_sent += len(result.get("not_sent", []))
+    return MessageCounts(**kinds, unused=unused, not_sent=not_sent)
