@@ -7,7 +7,13 @@ from __future__ import annotations
 from wiretape.matching.correspond import Learned
 from wiretape.model import Message, Opcode
 from wiretape.playback.decide import Mode, Policy, Substitution
-from wiretape.playback.messages import MessageCounts, OwnKnowledge, SessionScript, counts
+from wiretape.playback.messages import (
+    MessageCounts,
+    OwnKnowledge,
+    SessionScript,
+    counts,
+    message_label,
+)
 
 
 def c(payload: bytes, at: int, op: Opcode = Opcode.TEXT, code: int | None = None) -> Message:
@@ -48,7 +54,7 @@ def test_an_exact_session_sends_each_turn_after_its_client_message() -> None:
     script.sent(9)
     result = script.result()
     assert [d["kind"] for d in result["decisions"]] == ["exact", "exact", "exact"]
-    assert result["unused"] == []
+    assert (result["unused"], result["not_sent"]) == ([], [])
     assert counts([result]) == MessageCounts(exact=3)
     # pacing counts from the client message a server message followed
     assert script.anchor_offset(4) == 2 and script.anchor_offset(0) == 0
@@ -62,8 +68,24 @@ def test_a_changed_message_diverges_with_its_pointer_and_strict_stops() -> None:
     span = step.decision["explanation"]["spans"][0]
     assert span["pointer"] == "/input"
     assert (span["recorded"], span["live"]) == ("hi", "hello")
-    # everything else recorded is unused
-    assert script.result()["unused"] == [0, 2, 4, 6, 7, 8, 9]
+    # the recorded client messages left are unused; the server ones were not sent
+    result = script.result()
+    assert (result["unused"], result["not_sent"]) == ([6, 8], [0, 2, 4, 7, 9])
+    assert counts([result]) == MessageCounts(diverged=1, unused=2, not_sent=5)
+    # a result written before not_sent existed is counted as it was judged
+    assert counts([{"decisions": [], "unused": [0, 6]}]) == MessageCounts(unused=2)
+
+
+def test_a_message_is_labelled_by_its_index_in_the_session() -> None:
+    script = SessionScript(RECORDED, Policy(mode=Mode.DIAGNOSTIC))
+    script.receive(c(b'{"type":"response.create","input":"hi"}', 0))
+    script.receive(c(b'{"type":"response.create","input":"more"}', 0))
+    script.receive(c(b"done", 0, Opcode.CLOSE, 1000))
+    extra = script.receive(c(b"again", 0))
+    labels = [message_label(d) for d in script.decisions]
+    assert labels == ["message #1 (client text)", "message #6 (client text)",
+                      "message #8 (client close)", "a client text past the recorded ones"]
+    assert extra.decision["kind"] == "missing"
 
 
 def test_a_diagnostic_replay_serves_past_a_divergence() -> None:
@@ -83,7 +105,8 @@ def test_a_message_past_the_recording_is_missing_and_ends_the_session() -> None:
     assert extra.end and not extra.stop
     # the close is still matched against the recorded close, not the data messages
     assert script.peek(Opcode.CLOSE) == 8
-    assert counts([script.result()]) == MessageCounts(exact=2, missing=1, unused=6)
+    # (no server message was marked sent here: all five are not sent)
+    assert counts([script.result()]) == MessageCounts(exact=2, missing=1, unused=1, not_sent=5)
 
 
 def test_a_close_with_another_code_diverges() -> None:
