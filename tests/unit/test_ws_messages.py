@@ -5,7 +5,7 @@ what is left unused."""
 from __future__ import annotations
 
 from wiretape.matching.correspond import Learned
-from wiretape.model import Message, Opcode
+from wiretape.model import Ending, Message, Opcode
 from wiretape.playback.decide import Mode, Policy, Substitution
 from wiretape.playback.messages import (
     MessageCounts,
@@ -13,6 +13,7 @@ from wiretape.playback.messages import (
     SessionScript,
     counts,
     message_label,
+    never_received,
 )
 
 
@@ -203,3 +204,21 @@ def test_a_declared_substitution_makes_a_message_substituted() -> None:
     assert step.decision["substitutions"] == [["/home/rec/work", "/tmp/sandbox/work", 1]]
     refused = SessionScript(session, Policy(substitutions=subs)).receive(live)
     assert (refused.decision["kind"], refused.stop) == ("substituted", True)
+
+
+def test_the_origin_s_answer_to_wiretape_s_own_close_is_never_sent() -> None:
+    # A run recorded before such answers were left out: the client went
+    # away after message 2; the origin answered wiretape's 1001.
+    recorded = (c(b"hi", 1), s(b"one", 2), s(b"two", 3),
+                s(b"the client went away", 4, Opcode.CLOSE, 1001))
+    withheld = never_received(recorded, Ending.CLIENT_GONE)
+    assert withheld == (3,)
+    script = SessionScript(recorded, withheld=withheld)
+    step = script.receive(c(b"hi", 0))
+    assert step.send == (1, 2)
+    script.sent(1)
+    # the client left before "two": not sent, reported; the close is neither
+    assert (script.result()["unused"], script.result()["not_sent"]) == ([], [2])
+    # a session the client closed itself, or one that ended otherwise, keeps it
+    assert never_received((*recorded, c(b"", 5, Opcode.CLOSE, 1000)), Ending.CLIENT_GONE) == ()
+    assert never_received(recorded, Ending.COMPLETE) == ()

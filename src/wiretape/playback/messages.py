@@ -33,13 +33,20 @@ it); a missing one has none.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from wiretape.matching import correspond, explain
 from wiretape.matching.correspond import Learned
-from wiretape.model import Message, MessageDecisionJSON, MessagesJSON, Opcode, Request
+from wiretape.model import (
+    Ending,
+    Message,
+    MessageDecisionJSON,
+    MessagesJSON,
+    Opcode,
+    Request,
+)
 from wiretape.playback.decide import Mode, Policy, apply_substitutions
 
 #: The opcodes a session's content is made of.
@@ -96,12 +103,17 @@ class SessionScript:
     has learned (a session's own when None)."""
 
     def __init__(self, messages: Sequence[Message], policy: Policy | None = None,
-                 knowledge: Knowledge | None = None) -> None:
+                 knowledge: Knowledge | None = None, *,
+                 withheld: Collection[int] = ()) -> None:
         self.messages = tuple(messages)
         self._policy = policy or Policy()
         self._mode = self._policy.mode
         self._knowledge = knowledge or OwnKnowledge(Learned(self._policy.clock_tolerance_s))
-        content = [i for i, m in enumerate(self.messages) if m.opcode in CONTENT]
+        #: recorded messages the client never received (see
+        #: :func:`never_received`): neither sent nor counted
+        self.withheld = frozenset(withheld)
+        content = [i for i, m in enumerate(self.messages)
+                   if m.opcode in CONTENT and i not in self.withheld]
         clients = [i for i in content if self.messages[i].direction == "client"]
         #: the recorded client data messages, in order, and the client's close
         self._clients = [i for i in clients if self.messages[i].opcode is not Opcode.CLOSE]
@@ -241,7 +253,7 @@ class SessionScript:
         """The decisions so far, the recorded client messages unused and
         the recorded server messages not sent (content ones, by index)."""
         left = [i for i, m in enumerate(self.messages)
-                if m.opcode in CONTENT and i not in self.used]
+                if m.opcode in CONTENT and i not in self.used and i not in self.withheld]
         unused = [i for i in left if self.messages[i].direction == "client"]
         not_sent = [i for i in left if self.messages[i].direction == "server"]
         result: MessagesJSON = {"decisions": list(self.decisions), "unused": unused,
@@ -249,6 +261,24 @@ class SessionScript:
         if self.ending is not None:
             result["ending"] = self.ending
         return result
+
+
+#: The close wiretape sends an origin whose client went away (proxy.ws_record).
+_CLIENT_WENT_AWAY = (1001, b"the client went away")
+
+
+def never_received(messages: Sequence[Message], ending: Ending) -> tuple[int, ...]:
+    """The indices of recorded server messages that are the origin's answer
+    to the close wiretape sent it for a client that went away (``ending``
+    ``client_gone``, no client close recorded): a run recorded before such
+    answers were left out kept them, though the client never received them,
+    and a replay must not send them."""
+    if ending is not Ending.CLIENT_GONE or any(
+            m.direction == "client" and m.opcode is Opcode.CLOSE for m in messages):
+        return ()
+    return tuple(i for i, m in enumerate(messages)
+                 if m.direction == "server" and m.opcode is Opcode.CLOSE
+                 and (m.close_code, m.payload) == _CLIENT_WENT_AWAY)
 
 
 def _as_request(message: Message) -> Request:

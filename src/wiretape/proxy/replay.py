@@ -28,7 +28,7 @@ from wiretape.matching.correspond import Learned
 from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail, header_values
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Candidate, Decision, Kind, Policy, Remaining, decide, exact
-from wiretape.playback.messages import SessionScript, Step, message_label
+from wiretape.playback.messages import SessionScript, Step, message_label, never_received
 from wiretape.playback.pacing import Pace, schedule
 from wiretape.proxy import ws_replay
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responder
@@ -264,7 +264,8 @@ class Replayer:
         """Play the WebSocket session ``exchange`` recorded (``ws_replay``);
         its decisions go in ``row``'s detail, which is written when the
         session ends (or is cut off)."""
-        script = SessionScript(exchange.messages, self._policy, _Shared(self))
+        script = SessionScript(exchange.messages, self._policy, _Shared(self),
+                               withheld=never_received(exchange.messages, exchange.ending))
         route = f"{live.method.decode()} {live.target.decode('latin-1')}"
 
         def redact(payload: bytes, recorded: bytes | None) -> bytes:
