@@ -439,11 +439,14 @@ class MessageDecisionJSON(TypedDict):
 
 class MessagesJSON(TypedDict):
     """A replayed WebSocket session's messages: the decisions of the live
-    client messages, and the recorded messages never used (client messages
-    no live one matched, server messages never sent), by index."""
+    client messages, the recorded client messages no live one matched
+    (``unused``), and the recorded server messages never sent
+    (``not_sent``), by index in the session. (A result written before
+    ``not_sent`` existed has both in ``unused``.)"""
 
     decisions: list[MessageDecisionJSON]
     unused: list[int]
+    not_sent: NotRequired[list[int]]
     #: how the session ended, when it was not a finished closing handshake
     #: (a client that never answered a close), in words
     ending: NotRequired[str]

@@ -313,8 +313,14 @@ def test_replay_fails_strict_without_the_allowances(recorded: Recording) -> None
     assert "FAIL (strict)" in line and "diverged 1" in line, line
     if scene.websocket:
         assert (f"messages: exact {expected.first_diverged}, diverged 1" in line), line
-        assert (f"stopped at diverged message {expected.first_diverged} of the WebSocket "
-                f"session GET /v1/responses at {expected.first_pointer}") in line, line
+        # named by its index in the session, as show lists it
+        with open_run(recorded.run) as rf:
+            (session,) = rf.exchanges()
+        texts = [i for i, m in enumerate(session.messages)
+                 if m.direction == "client" and m.opcode is Opcode.TEXT]
+        assert (f"stopped at diverged message #{texts[expected.first_diverged]} (client text) "
+                f"of the WebSocket session GET /v1/responses at {expected.first_pointer}"
+                ) in line, line
     else:
         assert "stopped at diverged request POST" in replayed.stderr
     assert expected.first_pointer in replayed.stderr, replayed.stderr

@@ -133,7 +133,7 @@ def test_replay_serves_the_session_exact_with_the_provider_gone(recorded, run, t
     assert "messages: exact 3, diverged 0, missing 0, unused 0" in line
     verdict = stored_verdict(run)
     assert verdict["messages"] == {"exact": 3, "substituted": 0, "equivalent": 0, "diverged": 0,
-                                   "missing": 0, "unused": 0}
+                                   "missing": 0, "unused": 0, "not_sent": 0}
     assert verdict["exact"] == 1 and verdict["pass"] is True
     # the HTML report shows the session and the replay's message counts
     page = tmp_path / "report.html"
@@ -183,8 +183,11 @@ def test_a_changed_message_diverges_at_its_json_pointer(run, tmp_path):
     line = verdict_line(done.stderr)
     assert line.startswith("wiretape: verdict FAIL (strict)")
     assert "messages: exact 1, diverged 1, missing 0" in line
-    assert "stopped at diverged message 1 of the WebSocket session GET /v1/responses " \
-           "at /input/0/content" in line
+    with open_run(run) as rf:
+        (exchange,) = rf.exchanges()
+    second = [i for i, m in enumerate(exchange.messages) if m.direction == "client"][1]
+    assert f"stopped at diverged message #{second} (client text) of the WebSocket session " \
+           "GET /v1/responses at /input/0/content" in line
     assert 'text differs at /input/0/content: "thanks" -> "thank you"' in done.stderr
     verdict = stored_verdict(run)
     (row,) = verdict["requests"]
@@ -203,16 +206,19 @@ def test_a_message_the_recording_has_no_counterpart_for_is_missing(run, tmp_path
     got = seen(done.stdout)
     # the first two turns were served; the third ended the session with its reason
     assert got["text"] == "The sum is 5."
-    assert got["close"] == [1008, "wiretape replay: client message 2 has no recorded "
-                                  "counterpart (missing)"]
+    assert got["close"] == [1008, "wiretape replay: a client text past the recorded ones "
+                                  "(missing: nothing recorded answers it)"]
     line = verdict_line(done.stderr)
-    assert "messages: exact 2, diverged 0, missing 1, unused 2" in line
-    # the recorded closing handshake was never played (the session ended first): unused
+    assert "messages: exact 2, diverged 0, missing 1, unused 1 (server messages not sent: 1)" \
+        in line
+    # the recorded closing handshake was never played (the session ended
+    # first): the client's close unused, the server's not sent
     (row,) = stored_verdict(run)["requests"]
     with open_run(run) as rf:
         (exchange,) = rf.exchanges()
-    unused = row["detail"]["messages"]["unused"]
-    assert [(exchange.messages[i].direction, exchange.messages[i].opcode) for i in unused] == [
+    result = row["detail"]["messages"]
+    assert [(exchange.messages[i].direction, exchange.messages[i].opcode)
+            for i in (*result["unused"], *result["not_sent"])] == [
         ("client", Opcode.CLOSE), ("server", Opcode.CLOSE)]
 
 
@@ -308,8 +314,11 @@ def test_an_origin_s_message_over_the_cap_closes_the_session_with_1009_and_keeps
                           "larger ones)")
     assert "\n" not in error
     kinds = [(m.direction, m.opcode) for m in exchange.messages]
+    # wiretape's own close is kept as what the client received; its echo follows
     assert kinds == [("client", Opcode.TEXT), *[("server", Opcode.TEXT)] * 4,
-                     ("client", Opcode.CLOSE)]
+                     ("server", Opcode.CLOSE), ("client", Opcode.CLOSE)]
+    assert (exchange.messages[5].close_code, exchange.messages[5].payload) == (
+        1009, b"wiretape: the origin sent a message over the size limit")
     assert json.loads(exchange.messages[0].payload)["input"][0]["content"] == "hello"
     assert [json.loads(m.payload)["type"] for m in exchange.messages[1:5]] == got["types"]
     # one line says it
@@ -369,6 +378,7 @@ def test_a_client_that_never_answers_the_origin_s_close_is_closed_and_kept(tmp_p
         "decisions": [{"index": 0, "kind": "exact", "recorded": 0, "opcode": "text",
                        "size": 5}],
         "unused": [],
+        "not_sent": [],
         "ending": "the client did not answer the recorded server's WebSocket close "
                   "(1000 'bye') within 0.5 s (WIRETAPE_WS_CLOSE_TIMEOUT); wiretape closed "
                   "the connection"}
@@ -531,7 +541,7 @@ def test_fresh_ids_and_clock_readings_pass_strict_with_their_allowances(fresh, t
     assert "), diverged 0, missing 0, unused 0" in line
     verdict = stored_verdict(copy)
     assert verdict["messages"] == {"exact": 1, "substituted": 0, "equivalent": 2,
-                                   "diverged": 0, "missing": 0, "unused": 0}
+                                   "diverged": 0, "missing": 0, "unused": 0, "not_sent": 0}
     (row,) = verdict["requests"]
     decisions = row["detail"]["messages"]["decisions"]
     assert [d["kind"] for d in decisions] == ["equivalent", "equivalent", "exact"]
@@ -541,7 +551,7 @@ def test_fresh_ids_and_clock_readings_pass_strict_with_their_allowances(fresh, t
     assert rules["ids"]["pointers"] == ["/metadata/session_id", "/metadata/request_id"]
     assert rules["ids"]["count"] == 4 and rules["clock"]["pointers"] == ["/metadata/sent_at"]
     assert "learned correspondences (allowed: clock, ids):" in done.stderr
-    assert "client message 1 (text, 267 B): equivalent (recorded message 10)" in done.stderr
+    assert "message #10 (client text), 267 B: equivalent" in done.stderr
 
 
 def test_fresh_ids_diverge_without_the_allowances_naming_the_pointer(fresh, tmp_path):
@@ -553,8 +563,8 @@ def test_fresh_ids_diverge_without_the_allowances_naming_the_pointer(fresh, tmp_
     line = verdict_line(done.stderr)
     assert line.startswith("wiretape: verdict FAIL (strict)")
     assert "messages: exact 0, diverged 1, missing 0" in line
-    assert "stopped at diverged message 0 of the WebSocket session GET /v1/responses " \
-           "at /metadata/session_id" in line
+    assert "stopped at diverged message #0 (client text) of the WebSocket session " \
+           "GET /v1/responses at /metadata/session_id" in line
     assert "equal up to clock,ids (not allowed; --allow clock,ids accepts it):" in done.stderr
     (row,) = stored_verdict(copy)["requests"]
     (decision,) = row["detail"]["messages"]["decisions"]
@@ -594,8 +604,8 @@ def test_an_id_learned_in_a_request_holds_in_the_session_s_messages(tmp_path):
                     "--split-session", *PROMPTS, cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     line = verdict_line(done.stderr)
-    assert "stopped at diverged message 0 of the WebSocket session GET /v1/responses " \
-           "at /metadata/session_id" in line, line
+    assert "stopped at diverged message #0 (client text) of the WebSocket session " \
+           "GET /v1/responses at /metadata/session_id" in line, line
     (_, session) = stored_verdict(split)["requests"]
     (decision,) = session["detail"]["messages"]["decisions"]
     assert decision["kind"] == "diverged" and "not_allowed" not in decision

@@ -9,7 +9,14 @@ streams, so it can leave out what a well-behaved server does:
   server does and ends the connection;
 * ``mute``: echoes each text message as ``"echo: ..."``, and never answers
   a close: it keeps the connection open, sending nothing, until the other
-  end goes away.
+  end goes away;
+* ``vanishes``: answers the first text message with ``"echo: ..."``, then
+  drops the TCP connection (no close frame);
+* ``chatty``: answers the first text message with ``"echo: ..."`` and then
+  sends ``"tick N"`` every 20 ms until the other end closes or goes away
+  (answering a close as a server does);
+* ``bad-accept``: answers the handshake 101 with a ``Sec-WebSocket-Accept``
+  that is not the one the key calls for (RFC 6455 §4.2.2), then as ``mute``.
 
 ``events`` lists what it saw (``text hello``, ``close 1000 done``,
 ``eof``); when ``eof_file`` is given, the file is created once the other
@@ -28,14 +35,16 @@ import threading
 from pathlib import Path
 from typing import Self
 
+from websockets.exceptions import InvalidState
 from websockets.frames import Close, Frame, Opcode
 from websockets.http11 import Request
+from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 
 class WsOrigin:
     def __init__(self, mode: str, *, eof_file: Path | None = None) -> None:
-        assert mode in ("closes", "mute"), mode
+        assert mode in ("closes", "mute", "vanishes", "chatty", "bad-accept"), mode
         self.mode = mode
         self.eof_file = eof_file
         self.events: list[str] = []
@@ -75,6 +84,7 @@ class WsOrigin:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         proto = ServerProtocol()
+        ticks: list[asyncio.Task[None]] = []
         try:
             while True:
                 data = await reader.read(65536)
@@ -84,22 +94,47 @@ class WsOrigin:
                 proto.receive_data(data)
                 for event in proto.events_received():
                     if isinstance(event, Request):
-                        proto.send_response(proto.accept(event))
+                        answer = proto.accept(event)
+                        if self.mode == "bad-accept":
+                            del answer.headers["Sec-WebSocket-Accept"]
+                            answer.headers["Sec-WebSocket-Accept"] = "bm90IHRoZSByaWdodCBvbmU="
+                        proto.send_response(answer)
                     elif isinstance(event, Frame):
                         self._frame(proto, event)
-                        if event.opcode is Opcode.CLOSE and self.mode == "mute":
+                        if event.opcode is Opcode.CLOSE and self.mode in ("mute", "bad-accept"):
                             proto.data_to_send()  # the close's answer, left unsent
+                        if event.opcode is Opcode.TEXT and self.mode == "chatty" and not ticks:
+                            ticks.append(asyncio.create_task(self._tick(proto, writer)))
                 for out in proto.data_to_send():
                     if out:
                         writer.write(out)
                     elif writer.can_write_eof():
                         writer.write_eof()
                 await writer.drain()
+                if self.mode == "vanishes" and any(e.startswith("text ") for e in self.events):
+                    await asyncio.sleep(0.1)
+                    self._saw("abort")
+                    writer.transport.abort()
+                    return
         except (ConnectionError, OSError):
             self._saw("eof")
         finally:
+            for task in ticks:
+                task.cancel()
             with contextlib.suppress(ConnectionError, OSError):
                 writer.close()
+
+    async def _tick(self, proto: ServerProtocol, writer: asyncio.StreamWriter) -> None:
+        """``chatty``: a text every 20 ms while the session is open."""
+        n = 0
+        with contextlib.suppress(ConnectionError, OSError, InvalidState):
+            while proto.state is State.OPEN and not writer.is_closing():
+                await asyncio.sleep(0.02)
+                n += 1
+                proto.send_text(f"tick {n}".encode())
+                for out in proto.data_to_send():
+                    writer.write(out)
+                await writer.drain()
 
     def _frame(self, proto: ServerProtocol, frame: Frame) -> None:
         if frame.opcode is Opcode.TEXT:

@@ -5,9 +5,16 @@ what is left unused."""
 from __future__ import annotations
 
 from wiretape.matching.correspond import Learned
-from wiretape.model import Message, Opcode
+from wiretape.model import Ending, Message, Opcode
 from wiretape.playback.decide import Mode, Policy, Substitution
-from wiretape.playback.messages import MessageCounts, OwnKnowledge, SessionScript, counts
+from wiretape.playback.messages import (
+    MessageCounts,
+    OwnKnowledge,
+    SessionScript,
+    counts,
+    message_label,
+    never_received,
+)
 
 
 def c(payload: bytes, at: int, op: Opcode = Opcode.TEXT, code: int | None = None) -> Message:
@@ -48,7 +55,7 @@ def test_an_exact_session_sends_each_turn_after_its_client_message() -> None:
     script.sent(9)
     result = script.result()
     assert [d["kind"] for d in result["decisions"]] == ["exact", "exact", "exact"]
-    assert result["unused"] == []
+    assert (result["unused"], result["not_sent"]) == ([], [])
     assert counts([result]) == MessageCounts(exact=3)
     # pacing counts from the client message a server message followed
     assert script.anchor_offset(4) == 2 and script.anchor_offset(0) == 0
@@ -62,8 +69,24 @@ def test_a_changed_message_diverges_with_its_pointer_and_strict_stops() -> None:
     span = step.decision["explanation"]["spans"][0]
     assert span["pointer"] == "/input"
     assert (span["recorded"], span["live"]) == ("hi", "hello")
-    # everything else recorded is unused
-    assert script.result()["unused"] == [0, 2, 4, 6, 7, 8, 9]
+    # the recorded client messages left are unused; the server ones were not sent
+    result = script.result()
+    assert (result["unused"], result["not_sent"]) == ([6, 8], [0, 2, 4, 7, 9])
+    assert counts([result]) == MessageCounts(diverged=1, unused=2, not_sent=5)
+    # a result written before not_sent existed is counted as it was judged
+    assert counts([{"decisions": [], "unused": [0, 6]}]) == MessageCounts(unused=2)
+
+
+def test_a_message_is_labelled_by_its_index_in_the_session() -> None:
+    script = SessionScript(RECORDED, Policy(mode=Mode.DIAGNOSTIC))
+    script.receive(c(b'{"type":"response.create","input":"hi"}', 0))
+    script.receive(c(b'{"type":"response.create","input":"more"}', 0))
+    script.receive(c(b"done", 0, Opcode.CLOSE, 1000))
+    extra = script.receive(c(b"again", 0))
+    labels = [message_label(d) for d in script.decisions]
+    assert labels == ["message #1 (client text)", "message #6 (client text)",
+                      "message #8 (client close)", "a client text past the recorded ones"]
+    assert extra.decision["kind"] == "missing"
 
 
 def test_a_diagnostic_replay_serves_past_a_divergence() -> None:
@@ -83,7 +106,8 @@ def test_a_message_past_the_recording_is_missing_and_ends_the_session() -> None:
     assert extra.end and not extra.stop
     # the close is still matched against the recorded close, not the data messages
     assert script.peek(Opcode.CLOSE) == 8
-    assert counts([script.result()]) == MessageCounts(exact=2, missing=1, unused=6)
+    # (no server message was marked sent here: all five are not sent)
+    assert counts([script.result()]) == MessageCounts(exact=2, missing=1, unused=1, not_sent=5)
 
 
 def test_a_close_with_another_code_diverges() -> None:
@@ -180,3 +204,21 @@ def test_a_declared_substitution_makes_a_message_substituted() -> None:
     assert step.decision["substitutions"] == [["/home/rec/work", "/tmp/sandbox/work", 1]]
     refused = SessionScript(session, Policy(substitutions=subs)).receive(live)
     assert (refused.decision["kind"], refused.stop) == ("substituted", True)
+
+
+def test_the_origin_s_answer_to_wiretape_s_own_close_is_never_sent() -> None:
+    # A run recorded before such answers were left out: the client went
+    # away after message 2; the origin answered wiretape's 1001.
+    recorded = (c(b"hi", 1), s(b"one", 2), s(b"two", 3),
+                s(b"the client went away", 4, Opcode.CLOSE, 1001))
+    withheld = never_received(recorded, Ending.CLIENT_GONE)
+    assert withheld == (3,)
+    script = SessionScript(recorded, withheld=withheld)
+    step = script.receive(c(b"hi", 0))
+    assert step.send == (1, 2)
+    script.sent(1)
+    # the client left before "two": not sent, reported; the close is neither
+    assert (script.result()["unused"], script.result()["not_sent"]) == ([], [2])
+    # a session the client closed itself, or one that ended otherwise, keeps it
+    assert never_received((*recorded, c(b"", 5, Opcode.CLOSE, 1000)), Ending.CLIENT_GONE) == ()
+    assert never_received(recorded, Ending.COMPLETE) == ()

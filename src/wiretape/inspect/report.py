@@ -26,6 +26,7 @@ from wiretape.inspect.printable import printable
 from wiretape.inspect.timeline import TimelineRow
 from wiretape.model import COMPARED_FACETS, ReplayRow, RunInfo, facets
 from wiretape.model import Message as WsMessage
+from wiretape.playback.messages import message_label
 from wiretape.playback.verdict import Verdict
 from wiretape.redaction import redact_str
 
@@ -291,13 +292,10 @@ def _message_divergences(row: ReplayRow) -> str:
     for d in row["detail"]["messages"]["decisions"]:
         if d["kind"] == "exact":
             continue
-        where = (f"recorded message {d['recorded']}" if d["recorded"] is not None
-                 else "no recorded counterpart")
         explanation = d.get("explanation")
         out.append(f'<div class="divergence" data-kind="{_e(d["kind"])}"><h4><span class="badge '
-                   f'{_e(d["kind"])}">{_e(d["kind"])}</span> client message {d["index"]} of '
-                   f'{_e(row.get("method"))} {_e(row.get("target"))} <span class="muted">'
-                   f"({_e(where)})</span></h4>"
+                   f'{_e(d["kind"])}">{_e(d["kind"])}</span> {_e(message_label(d))} of '
+                   f'{_e(row.get("method"))} {_e(row.get("target"))}</h4>'
                    + (f"<div><b>{_e(explanation.get('first_line', ''))}</b></div>"
                       if explanation else "") + "</div>")
     return "".join(out)

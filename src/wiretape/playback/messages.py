@@ -20,18 +20,34 @@ message with no recorded one left is missing: nothing was recorded to
 answer it, so the session ends there. Pings and pongs are the connection's
 liveness, answered by the protocol on each side: they are neither matched
 nor sent.
+
+One counting scheme (the verdict's ``messages``): the live client messages
+are decided (exact, substituted, equivalent, diverged, missing); the
+recorded client messages no live one matched are unused (a failure, as an
+unused exchange is); the recorded server messages the replay did not send
+(the client closed or went away first, or the session ended at a
+mismatch) are reported as not sent, and fail nothing by themselves. Every
+message is named by its index in the session (``#N``, as ``show`` lists
+it); a missing one has none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from wiretape.matching import correspond, explain
 from wiretape.matching.correspond import Learned
 from wiretape.matching.documents import session_stream
-from wiretape.model import Message, MessageDecisionJSON, MessagesJSON, Opcode, Request
+from wiretape.model import (
+    Ending,
+    Message,
+    MessageDecisionJSON,
+    MessagesJSON,
+    Opcode,
+    Request,
+)
 from wiretape.playback.decide import Mode, Policy, apply_substitutions
 
 #: The opcodes a session's content is made of.
@@ -88,14 +104,19 @@ class SessionScript:
     has learned (a session's own when None)."""
 
     def __init__(self, messages: Sequence[Message], policy: Policy | None = None,
-                 knowledge: Knowledge | None = None) -> None:
+                 knowledge: Knowledge | None = None, *,
+                 withheld: Collection[int] = ()) -> None:
         self.messages = tuple(messages)
         #: the server's messages as a response, to name a result's tool
         self._named = (session_stream(self.messages),)
         self._policy = policy or Policy()
         self._mode = self._policy.mode
         self._knowledge = knowledge or OwnKnowledge(Learned(self._policy.clock_tolerance_s))
-        content = [i for i, m in enumerate(self.messages) if m.opcode in CONTENT]
+        #: recorded messages the client never received (see
+        #: :func:`never_received`): neither sent nor counted
+        self.withheld = frozenset(withheld)
+        content = [i for i, m in enumerate(self.messages)
+                   if m.opcode in CONTENT and i not in self.withheld]
         clients = [i for i in content if self.messages[i].direction == "client"]
         #: the recorded client data messages, in order, and the client's close
         self._clients = [i for i in clients if self.messages[i].opcode is not Opcode.CLOSE]
@@ -234,13 +255,35 @@ class SessionScript:
         self.used.add(index)
 
     def result(self) -> MessagesJSON:
-        """The decisions so far, and the recorded content messages unused."""
-        unused = [i for i, m in enumerate(self.messages)
-                  if m.opcode in CONTENT and i not in self.used]
-        result: MessagesJSON = {"decisions": list(self.decisions), "unused": unused}
+        """The decisions so far, the recorded client messages unused and
+        the recorded server messages not sent (content ones, by index)."""
+        left = [i for i, m in enumerate(self.messages)
+                if m.opcode in CONTENT and i not in self.used and i not in self.withheld]
+        unused = [i for i in left if self.messages[i].direction == "client"]
+        not_sent = [i for i in left if self.messages[i].direction == "server"]
+        result: MessagesJSON = {"decisions": list(self.decisions), "unused": unused,
+                                "not_sent": not_sent}
         if self.ending is not None:
             result["ending"] = self.ending
         return result
+
+
+#: The close wiretape sends an origin whose client went away (proxy.ws_record).
+_CLIENT_WENT_AWAY = (1001, b"the client went away")
+
+
+def never_received(messages: Sequence[Message], ending: Ending) -> tuple[int, ...]:
+    """The indices of recorded server messages that are the origin's answer
+    to the close wiretape sent it for a client that went away (``ending``
+    ``client_gone``, no client close recorded): a run recorded before such
+    answers were left out kept them, though the client never received them,
+    and a replay must not send them."""
+    if ending is not Ending.CLIENT_GONE or any(
+            m.direction == "client" and m.opcode is Opcode.CLOSE for m in messages):
+        return ()
+    return tuple(i for i, m in enumerate(messages)
+                 if m.direction == "server" and m.opcode is Opcode.CLOSE
+                 and (m.close_code, m.payload) == _CLIENT_WENT_AWAY)
 
 
 def _as_request(message: Message) -> Request:
@@ -252,9 +295,20 @@ def _as_request(message: Message) -> Request:
     return Request(b"WEBSOCKET", message.opcode.value.encode(), (), body)
 
 
+def message_label(d: MessageDecisionJSON) -> str:
+    """A live client message named by the recorded one it was compared
+    with (``message #3 (client text)``: its index in the session, as
+    ``show`` lists it), or, missing, as past the recorded ones (``a client
+    close past the recorded ones``)."""
+    if d["recorded"] is None:
+        return f"a client {d['opcode']} past the recorded ones"
+    return f"message #{d['recorded']} (client {d['opcode']})"
+
+
 class MessageCounts(NamedTuple):
-    """The live client messages of replayed sessions by kind, and the
-    recorded content messages unused."""
+    """The live client messages of replayed sessions by kind, the recorded
+    client messages unused, and (reported only) the recorded server
+    messages not sent."""
 
     exact: int = 0
     substituted: int = 0
@@ -262,14 +316,18 @@ class MessageCounts(NamedTuple):
     diverged: int = 0
     missing: int = 0
     unused: int = 0
+    not_sent: int = 0
 
 
 def counts(results: Sequence[MessagesJSON]) -> MessageCounts:
-    """The decisions of sessions' results, counted by kind, and their unused."""
+    """The decisions of sessions' results, counted by kind, their unused
+    client messages and their server messages not sent (a result written
+    before ``not_sent`` existed counts both as unused, as it was judged)."""
     kinds = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
-    unused = 0
+    unused = not_sent = 0
     for result in results:
         for d in result["decisions"]:
             kinds[d["kind"]] += 1
         unused += len(result["unused"])
-    return MessageCounts(**kinds, unused=unused)
+        not_sent += len(result.get("not_sent", []))
+    return MessageCounts(**kinds, unused=unused, not_sent=not_sent)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from wiretape.playback.verdict import Verdict
 
 from wiretape.matching.correspond import duration
+from wiretape.playback.messages import message_label
 
 
 class Style(Protocol):
@@ -73,15 +74,17 @@ def _messages_part(v: Verdict) -> str:
     # The replay's rules are named once: here when no request needed them.
     rules = f" ({_rules_word(v)})" if m.equivalent and not v.equivalent else ""
     equivalent = f"equivalent {m.equivalent}{rules}, " if m.equivalent or v.allow else ""
+    not_sent = f" (server messages not sent: {m.not_sent})" if m.not_sent else ""
     return (f"; messages: exact {m.exact}, {substituted}{equivalent}diverged {m.diverged}, "
-            f"missing {m.missing}, unused {m.unused}")
+            f"missing {m.missing}, unused {m.unused}{not_sent}")
 
 
 def _message_lines(detail: RequestDetail, style: Style, allow: tuple[str, ...] = ()
                    ) -> list[str]:
     """Each WebSocket message of a session that was not exact (with the
-    learned rules it needed, allowed or not), and the recorded messages
-    never used."""
+    learned rules it needed, allowed or not), the recorded client messages
+    never matched and the recorded server messages not sent, each named by
+    its index in the session (``#N``, as ``show`` lists it)."""
     session = detail.get("messages")
     if session is None:
         return []
@@ -89,10 +92,9 @@ def _message_lines(detail: RequestDetail, style: Style, allow: tuple[str, ...] =
     for d in session["decisions"]:
         if d["kind"] == "exact":
             continue
-        where = (f"recorded message {d['recorded']}" if d["recorded"] is not None
-                 else "no recorded counterpart")
-        lines.append(style(f"  client message {d['index']} ({d['opcode']}, {d['size']} B): "
-                           f"{d['kind']} ({where})", fg=_KIND_COLOUR.get(d["kind"]), bold=True))
+        lines.append(style(f"  {message_label(d)}, {d['size']} B: {d['kind']}"
+                           + (" (nothing recorded answers it)" if d["recorded"] is None
+                              else ""), fg=_KIND_COLOUR.get(d["kind"]), bold=True))
         for old, new, count in d.get("substitutions", []):
             lines.append(f"    substitution {old!r} -> {new!r} fired {count} time(s)")
         if d.get("not_allowed"):
@@ -108,12 +110,14 @@ def _message_lines(detail: RequestDetail, style: Style, allow: tuple[str, ...] =
             lines.extend("  " + line for line in explanation_lines(d["explanation"], style))
     if "ending" in session:
         lines.append(f"  {session['ending']}")
-    if session["unused"]:
-        shown = ", ".join(str(i) for i in session["unused"][:10])
-        more = len(session["unused"]) - 10
-        lines.append(f"  recorded messages never used: {shown}"
-                     + (f" and {more} more" if more > 0 else ""))
+    for indices, what in ((session["unused"], "recorded client messages never matched"),
+                          (session.get("not_sent", []), "recorded server messages not sent")):
+        if indices:
+            shown = ", ".join(f"#{i}" for i in indices[:10])
+            more = len(indices) - 10
+            lines.append(f"  {what}: {shown}" + (f" and {more} more" if more > 0 else ""))
     return lines
+
 
 
 def _rules_word(v: Verdict) -> str:

@@ -51,6 +51,8 @@ class MessageCountsJSON(TypedDict):
     diverged: int
     missing: int
     unused: int
+    #: recorded server messages the replay did not send (reported only)
+    not_sent: int
 
 
 #: The verdict's JSON form (``--json``): the fields, then the derived numbers.
@@ -119,9 +121,10 @@ class Verdict:
 
     @property
     def messages_pass(self) -> bool:
-        """Every recorded message of every session played was matched
+        """Every live client message of every session played was matched
         (exactly, up to allowed learned rules, or substituted when that is
-        allowed) or sent, and no live message was left without one."""
+        allowed) and every recorded client message was; a recorded server
+        message not sent fails nothing by itself (it is reported)."""
         m = self.messages
         return m is None or (m.diverged == m.missing == m.unused == 0
                              and (self.allow_substitutions or m.substituted == 0))
@@ -206,7 +209,8 @@ class Verdict:
             m = self.messages
             out["messages"] = {"exact": m.exact, "substituted": m.substituted,
                                "equivalent": m.equivalent, "diverged": m.diverged,
-                               "missing": m.missing, "unused": m.unused}
+                               "missing": m.missing, "unused": m.unused,
+                               "not_sent": m.not_sent}
         return out
 
     def _to_json(self) -> VerdictJSON:

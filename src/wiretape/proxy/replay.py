@@ -28,7 +28,7 @@ from wiretape.matching.correspond import Learned
 from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail, header_values
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Candidate, Decision, Kind, Policy, Remaining, decide, exact
-from wiretape.playback.messages import SessionScript, Step
+from wiretape.playback.messages import SessionScript, Step, message_label, never_received
 from wiretape.playback.pacing import Pace, schedule
 from wiretape.proxy import ws_replay
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responder
@@ -264,7 +264,8 @@ class Replayer:
         """Play the WebSocket session ``exchange`` recorded (``ws_replay``);
         its decisions go in ``row``'s detail, which is written when the
         session ends (or is cut off)."""
-        script = SessionScript(exchange.messages, self._policy, _Shared(self))
+        script = SessionScript(exchange.messages, self._policy, _Shared(self),
+                               withheld=never_received(exchange.messages, exchange.ending))
         route = f"{live.method.decode()} {live.target.decode('latin-1')}"
 
         def redact(payload: bytes, recorded: bytes | None) -> bytes:
@@ -276,11 +277,11 @@ class Replayer:
             spans = d.get("explanation", {}).get("spans", [])
             if spans and spans[0]["pointer"] is not None:
                 where = f" at {spans[0]['pointer'] or '/'}"
-            self.stopped = (f"{d['kind']} message {d['index']} of the WebSocket session "
-                            f"{route}{where}")
+            label = message_label(d)
+            self.stopped = f"{d['kind']} {label} of the WebSocket session {route}{where}"
             if self._on_stop is not None:
                 self._on_stop(self.stopped)
-            return f"wiretape replay: client message {d['index']} {d['kind']}{where}"
+            return f"wiretape replay: {label} {d['kind']}{where}"
 
         try:
             await ws_replay.play(conn, request, exchange, script, pace=self._pace,

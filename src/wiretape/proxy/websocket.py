@@ -71,12 +71,21 @@ def handshake_problem(method: bytes, http_version: bytes, headers: Headers) -> s
     return None
 
 
-def accepted_headers(recorded: Headers, request: Request) -> Headers:
+def accepted_headers(recorded: Headers, request: Request,
+                     recorded_request: Request | None = None) -> Headers:
     """The header fields of a 101 answer to ``request``: ``recorded`` (an
     origin's 101, in order) with ``Sec-WebSocket-Accept`` made for this
-    request's key (RFC 6455 §4.2.2) and no ``Sec-WebSocket-Extensions``."""
+    request's key (RFC 6455 §4.2.2) and no ``Sec-WebSocket-Extensions``.
+
+    When ``recorded_request`` (the handshake as recorded) shows that the
+    recorded accept was not the one its key called for (or there was none),
+    the recorded field is kept as it was (or left out): the client is given
+    the same broken handshake it got, and fails it the same way (RFC 6455
+    §4.1: a client fails a connection whose accept is wrong)."""
     key = (header_value(request.headers, b"sec-websocket-key") or b"").strip()
     accept = accept_key(key.decode("latin-1")).encode("ascii")
+    if recorded_request is not None and not _accept_was_valid(recorded, recorded_request):
+        return tuple((k, v) for k, v in recorded if k.lower() != b"sec-websocket-extensions")
     out, saw = [], False
     for name, value in recorded:
         lower = name.lower()
@@ -91,6 +100,18 @@ def accepted_headers(recorded: Headers, request: Request) -> Headers:
     if not saw:
         out.append((b"Sec-WebSocket-Accept", accept))
     return tuple(out)
+
+
+def _accept_was_valid(recorded: Headers, recorded_request: Request) -> bool:
+    """Whether a recorded 101 carried the one ``Sec-WebSocket-Accept`` its
+    recorded request's key called for (RFC 6455 §4.2.2); True when the
+    recorded request has no key to tell (an imported or older run)."""
+    key = header_value(recorded_request.headers, b"sec-websocket-key")
+    if key is None:
+        return True
+    accepts = header_values(recorded, b"sec-websocket-accept")
+    expected = accept_key(key.strip().decode("latin-1")).encode("ascii")
+    return len(accepts) == 1 and accepts[0].strip() == expected
 
 
 def close_reason(text: str) -> str:
@@ -134,6 +155,13 @@ class Peer:
     @property
     def open(self) -> bool:
         return self.protocol.state is State.OPEN
+
+    @property
+    def gone(self) -> bool:
+        """Whether this peer's stream ended without its close (it went
+        away without a closing handshake, RFC 6455 §7.1.5): nothing sent to
+        it any more reaches it."""
+        return self.eof and self.protocol.close_rcvd is None
 
     @property
     def closing_handshake_done(self) -> bool:
@@ -238,12 +266,21 @@ class Peer:
             return False
         return True
 
-    def close(self, code: int, reason: str) -> None:
+    def close(self, code: int, reason: str) -> Message | None:
         """Start the closing handshake with ``code`` and ``reason`` (cut to
-        fit), when it was not begun yet (call :meth:`flush`)."""
-        if self.protocol.state is State.OPEN:
-            with contextlib.suppress(InvalidState, ProtocolError):
-                self.protocol.send_close(code, close_reason(reason))
+        fit), when it was not begun yet (call :meth:`flush`): the close as
+        this peer receives it (a message of the other direction, its offset
+        now), or None when none was begun."""
+        if self.protocol.state is not State.OPEN:
+            return None
+        said = close_reason(reason)
+        try:
+            self.protocol.send_close(code, said)
+        except (InvalidState, ProtocolError):
+            return None
+        other: Literal["client", "server"] = "server" if self.direction == "client" else "client"
+        return Message(other, Opcode.CLOSE, said.encode("utf-8"), time.monotonic_ns() - self._t0,
+                       code)
 
     def discard_replies(self) -> None:
         """Drop what the protocol queued in answer to what was read (a pong

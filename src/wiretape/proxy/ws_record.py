@@ -54,6 +54,9 @@ class Session:
     ending: Ending = Ending.COMPLETE
     ttfb_ns: int | None = None
     error: str | None = None
+    #: what the origin sent after the client had gone (no close from it):
+    #: it never reached the client, so it is not among ``messages``
+    unseen: list[Message] = field(default_factory=list)
 
 
 class OriginUnreachable(Exception):
@@ -210,12 +213,13 @@ async def _relay(agent: Peer, origin: Peer, agent_early: bytes, origin_early: by
                 session.ending = Ending.CLIENT_GONE
                 session.error = (ended.failure or "the client closed its connection without "
                                  "a WebSocket close handshake")
+                # (what the origin receives: the client's stream is what is kept)
                 other.close(1001, "the client went away")
             else:
                 session.ending = Ending.ORIGIN_RESET
                 session.error = (ended.failure or "the origin closed its connection without "
                                  "a WebSocket close handshake")
-                other.close(1014, "wiretape: the origin went away")
+                _told_client(session, other.close(1014, "wiretape: the origin went away"))
             await other.flush()
         pending = [task for task in pumps if not task.done()]
         if pending:
@@ -230,6 +234,35 @@ async def _relay(agent: Peer, origin: Peer, agent_early: bytes, origin_early: by
         await asyncio.gather(*pumps, watch, return_exceptions=True)
         await agent.hang_up()
         await origin.hang_up()
+        _say_unseen(session)
+
+
+def _told_client(session: Session, close: Message | None) -> None:
+    """Keep a close wiretape sent the client on the origin's behalf as what
+    the client received (a server close): a replay sends it in turn."""
+    if close is not None:
+        session.messages.append(close)
+
+
+def _say_unseen(session: Session) -> None:
+    """Name in the session's error what the origin sent after the client
+    had gone (kept as such, not as messages the client received)."""
+    unseen = [m for m in session.unseen if m.opcode is not Opcode.PING
+              and m.opcode is not Opcode.PONG]
+    if not unseen or session.error is None:
+        return
+    data = [m for m in unseen if m.opcode is not Opcode.CLOSE]
+    parts = []
+    if data:
+        size = sum(len(m.payload) for m in data)
+        parts.append(f"{len(data)} message{'s' if len(data) != 1 else ''} ({size} B)")
+    for close in (m for m in unseen if m.opcode is Opcode.CLOSE):
+        said = "no code" if close.close_code is None else str(close.close_code)
+        if close.payload:
+            said += " " + repr(close.payload.decode("utf-8", "replace"))
+        parts.append(f"its close ({said})")
+    session.error += (f"; after that the origin sent {' and '.join(parts)}, which never "
+                      "reached the client (not kept as its messages)")
 
 
 async def _finish_closing(agent: Peer, origin: Peer, pumps: list[asyncio.Task[None]],
@@ -298,7 +331,14 @@ async def _pump(src: Peer, dst: Peer, early: bytes, session: Session,
         if not data:
             data = await src.read()
         received, frames = src.feed(data)
-        session.messages.extend(received.messages)
+        if src.direction == "server" and dst.gone:
+            # The client went away without a close: what the origin sends
+            # now (its answer to the close wiretape sent it for the client
+            # among it) never reaches the client, whose side is what a
+            # session keeps and a replay plays.
+            session.unseen.extend(received.messages)
+        else:
+            session.messages.extend(received.messages)
         for frame in frames:
             dst.relay(frame)
         failure = src.failure
@@ -312,9 +352,12 @@ async def _pump(src: Peer, dst: Peer, early: bytes, session: Session,
                                   "record larger ones)")
             session.ending = (Ending.CLIENT_GONE if src.direction == "client"
                               else Ending.ORIGIN_RESET)
-            dst.close(1009 if src.too_big else 1002,
-                      f"wiretape: the {who} sent a message over the size limit" if src.too_big
-                      else f"wiretape: the {who} broke the WebSocket protocol")
+            told = dst.close(1009 if src.too_big else 1002,
+                             f"wiretape: the {who} sent a message over the size limit"
+                             if src.too_big else f"wiretape: the {who} broke the WebSocket "
+                             "protocol")
+            if dst.direction == "client":
+                _told_client(session, told)
         if received.closed or failure is not None:
             closing.set()
         if received.closed or failure is not None or not data:

@@ -29,7 +29,7 @@ from websockets.protocol import Side
 
 from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT, WS_CLOSE_TIMEOUT_VARIABLE
 from wiretape.model import Exchange, Message, MessagesJSON, Opcode, Request
-from wiretape.playback.messages import SessionScript, Step
+from wiretape.playback.messages import SessionScript, Step, message_label
 from wiretape.playback.pacing import Pace
 from wiretape.proxy.http1 import ClientConnection, ClientGone
 from wiretape.proxy.websocket import Peer, accepted_headers, going_away
@@ -106,7 +106,7 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
     try:
         early = await conn.switch_protocols(exchange.response.reason,
                                             accepted_headers(exchange.response.headers,
-                                                             request))
+                                                             request, exchange.request))
     except ClientGone:
         return script.result()
     reader, writer = conn.streams
@@ -128,8 +128,8 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
                 step = await _decide(script, _redacted(live, script, redact), lock)
                 if step.end:
                     reason = on_stop(step) if step.stop else (
-                        f"wiretape replay: client message {step.decision['index']} has no "
-                        "recorded counterpart (missing)")
+                        f"wiretape replay: {message_label(step.decision)} (missing: nothing "
+                        "recorded answers it)")
                     sender.cancel()
                     peer.close(1008, reason)
                     await peer.flush()
