@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wiretape.inspect.printable import UNPRINTABLE, escaped
-from wiretape.inspect.printable import printable as printable  # (used across the CLI)
+from wiretape.printable import UNPRINTABLE, escaped
+from wiretape.printable import printable as printable  # (used across the CLI)
 
 if TYPE_CHECKING:
     from wiretape.inspect.diff import RunDiff

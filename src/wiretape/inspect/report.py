@@ -22,12 +22,12 @@ from string import Template
 from wiretape import __version__
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
-from wiretape.inspect.printable import printable
 from wiretape.inspect.timeline import TimelineRow
 from wiretape.model import COMPARED_FACETS, ReplayRow, RunInfo, facets
 from wiretape.model import Message as WsMessage
 from wiretape.playback.messages import message_label
 from wiretape.playback.verdict import Verdict
+from wiretape.printable import printable
 from wiretape.redaction import redact_str
 
 #: Characters of a request message shown before the rest folds away.
