@@ -489,6 +489,7 @@ def realtime_seen(stdout: str) -> dict[str, Any]:
     return json.loads(found[0])
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_the_openai_sdk_realtime_client_records_and_replays_a_function_call_session(tmp_path):
     with FakeProvider(script()) as fp:
         rec = wiretape("record", "-o", "rt.wtape", "--upstream", f"openai={fp.url}/v1", "--",
@@ -573,6 +574,7 @@ def test_fresh_ids_diverge_without_the_allowances_naming_the_pointer(fresh, tmp_
     assert pointers[0] == "/metadata/session_id" and "/metadata/sent_at" in pointers
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_an_id_learned_in_a_request_holds_in_the_session_s_messages(tmp_path):
     """One replay learns once: the run's session id, met first in an HTTP request
     (``/user`` of an embeddings call), maps the same in the WebSocket messages

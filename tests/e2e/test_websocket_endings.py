@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from support.ws_origin import WsOrigin
 from support.wt import stored_verdict, verdict_line
 from wiretape.model import Ending, Opcode
@@ -110,6 +112,7 @@ def replays(run: Path, *client: str) -> list[tuple[int, str, str]]:
     return out
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_a_client_that_vanishes_while_the_origin_talks_on_replays_stably(tmp_path):
     # The origin echoes, then ticks every 20 ms; the client reads one message
     # and exits (status 7) without a close. wiretape closes the origin's side
@@ -145,6 +148,7 @@ def script() -> list[Any]:
     return [ToolCallTurn([ToolCall("add", {"a": 2, "b": 3})]), TextTurn("The sum is 5.")]
 
 
+@pytest.mark.slow  # a long scenario: `make test-slow`
 def test_a_client_that_vanishes_after_its_answer_replays_stably(tmp_path):
     # The Responses flow: the client cuts its socket once response.completed
     # came, and wiretape's 1001 to the provider is answered.
