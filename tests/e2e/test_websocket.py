@@ -331,12 +331,6 @@ RAW = str(Path(__file__).resolve().parent / "clients_ws" / "raw_close_client.py"
 SHORT = {"WIRETAPE_WS_CLOSE_TIMEOUT": "0.5"}
 
 
-def raw_seen(stdout: str) -> dict[str, Any]:
-    found = [line[3:] for line in stdout.splitlines() if line.startswith("WS ")]
-    assert len(found) == 1, stdout
-    return json.loads(found[0])
-
-
 def test_a_client_that_never_answers_the_origin_s_close_is_closed_and_kept(tmp_path):
     # The origin answers "hello" and closes (1000 bye); the client never
     # answers the close, keeping its connection open and silent, until
@@ -348,7 +342,7 @@ def test_a_client_that_never_answers_the_origin_s_close_is_closed_and_kept(tmp_p
                         f"openai={origin.url}/v1", "--", sys.executable, RAW, "--silent",
                         cwd=rec, timeout=60, extra_env=SHORT)
     assert done.returncode == 0, done.stderr
-    got = raw_seen(done.stdout)
+    got = seen(done.stdout)
     assert got == {"received": ["text echo: hello", "close 1000 bye"], "eof": True}
     # wiretape answered the origin's close itself (its own code echoed)
     assert origin.events == ["text hello", "close 1000 bye", "eof"]
@@ -370,7 +364,7 @@ def test_a_client_that_never_answers_the_origin_s_close_is_closed_and_kept(tmp_p
     rep = wiretape("replay", "silent.wtape", "--", sys.executable, RAW, "--silent", cwd=rec,
                    timeout=60, extra_env=SHORT)
     assert rep.returncode == 0, rep.stderr
-    assert raw_seen(rep.stdout) == got
+    assert seen(rep.stdout) == got
     assert "messages: exact 1, diverged 0, missing 0, unused 0" in verdict_line(rep.stderr)
     verdict = stored_verdict(rec / "silent.wtape")
     assert verdict["pass"] is True
@@ -397,7 +391,7 @@ def test_an_origin_that_never_answers_the_client_s_close_is_closed_and_kept(tmp_
                         "--", sys.executable, RAW, "--close", "--wait-for", str(marker),
                         cwd=rec, timeout=60, extra_env=SHORT)
     assert done.returncode == 0, done.stderr
-    got = raw_seen(done.stdout)
+    got = seen(done.stdout)
     assert got == {"received": ["text echo: hello", "close 1000 done"], "eof": True}
     assert origin.events == ["text hello", "close 1000 done", "eof"]
     with open_run(rec / "mute.wtape") as rf:

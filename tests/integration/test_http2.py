@@ -18,6 +18,7 @@ from pathlib import Path
 
 from test_proxy_edges import Conn, Wiretape, env, free_port, post
 
+from support.h2wire import goaway_codes
 from wiretape.store.runfile import open_run
 from wiretape.testing import FakeProvider, TextTurn
 
@@ -143,13 +144,7 @@ def test_a_malformed_frame_gets_goaway_and_one_line_the_run_goes_on(tmp_path: Pa
             code, _, err = wt.stop(signal.SIGINT)
         finally:
             wt.kill()
-    frames, pos = [], 0
-    while pos + 9 <= len(wire):
-        length = int.from_bytes(wire[pos:pos + 3], "big")
-        frames.append((wire[pos + 3], wire[pos + 9:pos + 9 + length]))
-        pos += 9 + length
-    goaways = [payload for kind, payload in frames if kind == 0x7]
-    assert len(goaways) == 1 and int.from_bytes(goaways[0][4:8], "big") == 0x6  # FRAME_SIZE_ERROR
+    assert goaway_codes(wire) == [0x6]  # FRAME_SIZE_ERROR
     assert good.returncode == 0 and good.stdout.endswith(b"http_version 2\n"), good.stderr
     assert http1.status == 200
     assert code == 0, err

@@ -20,6 +20,7 @@ import h2.events
 import h2.settings
 import pytest
 
+from support.h2wire import goaway_codes, h2_frames
 from support.inproc import RawClient, in_loop, listening
 from wiretape.intercept.ca import RunCA
 from wiretape.model import Request
@@ -229,13 +230,7 @@ async def test_a_protocol_error_gets_goaway_and_one_line_and_others_are_served(
             sid = await client.request(b"GET", b"/v1/after")
             await client.read_until(lambda: client.replies[sid].ended)
             await client.aclose()
-    frames, pos = [], 0
-    while pos + 9 <= len(wire):
-        length = int.from_bytes(wire[pos:pos + 3], "big")
-        frames.append((wire[pos + 3], wire[pos + 9:pos + 9 + length]))
-        pos += 9 + length
-    goaway = [payload for kind, payload in frames if kind == 0x7]
-    assert len(goaway) == 1 and int.from_bytes(goaway[0][4:8], "big") == 0x1  # PROTOCOL_ERROR
+    assert goaway_codes(wire) == [0x1]  # PROTOCOL_ERROR
     lines = [r.getMessage() for r in caplog.records if "HTTP/2" in r.getMessage()]
     assert len(lines) == 1 and "protocol error" in lines[0] and "\n" not in lines[0], lines
     assert listeners.refused == [(400, "http2_protocol_error")]
@@ -276,7 +271,9 @@ async def test_without_http2_the_preface_gets_goaway_and_is_counted_as_refused()
         wire = await asyncio.wait_for(raw.reader.read(), 5)
     server.close()
     await server.wait_closed()
-    assert wire[3] == 0x4 and b"HTTP/1.1 only" in wire  # SETTINGS, then GOAWAY
+    assert [kind for kind, _ in h2_frames(wire)] == [0x4, 0x7]  # SETTINGS, then GOAWAY
+    assert goaway_codes(wire) == [0xD]  # HTTP_1_1_REQUIRED
+    assert b"HTTP/1.1 only" in h2_frames(wire)[1][1]
     assert refused == [(505, "http2_not_supported")]
 
 

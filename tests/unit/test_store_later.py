@@ -369,13 +369,16 @@ async def test_the_commit_never_waits_for_a_request_body_to_be_compressed(
     ends is committed raw (compressed afterwards): the agent gets its
     answer while that compression is still held."""
     packing = threading.Event()
+    entered: list[int] = []  # the bodies whose compression ahead began
     pack = RunFile.pack_request
 
     def slow(self: RunFile, body: bytes, digest: str) -> blobs.Packed | None:
+        entered.append(len(body))
         packing.wait(30)
         return pack(self, body, digest)
 
     monkeypatch.setattr(RunFile, "pack_request", slow)
+    later = held_back(monkeypatch)  # (so what the commit stored is seen as it was)
     bodies = conversation(2)
     async with (AsyncFakeProvider([TextTurn("one"), TextTurn("two")]) as fp,
                 recording(tmp_path / "r.wtape", fp.url + "/v1") as rec,
@@ -383,8 +386,16 @@ async def test_the_commit_never_waits_for_a_request_body_to_be_compressed(
         for body in bodies:
             await client.send(request_bytes("POST", CHAT, body, JSON))
             assert (await asyncio.wait_for(client.response(), 20)).status == 200
-        assert rec.recorder.stats.exchanges == 2 and not packing.is_set()
+        assert rec.recorder.stats.exchanges == 2
+        for _ in range(200):  # (each began on a worker thread of its own accord)
+            if len(entered) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert sorted(entered) == sorted(len(b) for b in bodies)  # both held meanwhile
+        committed = stored_blobs(tmp_path / "r.wtape")
+        assert [committed[sha(b)][0] for b in bodies] == ["raw", "raw"]
         packing.set()
+        later.set()
     kept = stored_blobs(tmp_path / "r.wtape")
     with open_run(tmp_path / "r.wtape") as again:
         assert [e.request.body for e in again.exchanges()] == bodies

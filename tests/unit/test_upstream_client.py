@@ -338,7 +338,7 @@ async def test_a_body_cut_short_is_a_remote_protocol_error_and_the_connection_is
 
 
 @in_loop
-async def test_an_answer_before_the_whole_head_arrived_is_kept_apart() -> None:
+async def test_an_answer_before_the_whole_body_arrived_is_kept_apart() -> None:
     # a response for a request the origin did not let finish: its body is
     # read whole, and the connection (the origin said close) is not reused
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
