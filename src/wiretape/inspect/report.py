@@ -337,8 +337,9 @@ def replays(verdicts: Sequence[Verdict]) -> str:
                        f"{m.exact}, substituted {m.substituted}, equivalent {m.equivalent}, "
                        f"diverged {m.diverged}, missing {m.missing}, unused {m.unused}</div>")
         out.extend(_divergence(r) for r in v.requests if r.get("kind") != "exact")
+        # A session is played after any served handshake, not only an exact one.
         out.extend(_message_divergences(r) for r in v.requests
-                   if r.get("kind") == "exact" and "messages" in (r.get("detail") or {}))
+                   if "messages" in (r.get("detail") or {}))
         for u in v.unused_exchanges:
             out.append(f'<div class="muted">unused recorded exchange #{_e(u.get("seq"))}: '
                        f'{_e(u.get("summary", ""))}</div>')

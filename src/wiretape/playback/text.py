@@ -264,6 +264,8 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
             lines.extend(explanation_lines(explanation, style))
         elif detail.get("fields"):
             lines.append("  differs in: " + ", ".join(detail["fields"]))
+        # A session is played after any served handshake, not only an exact one.
+        lines.extend(_message_lines(detail, style, v.allow))
     files = v.outcome.get("files", {}) if v.outcome else {}
     for d in files.get("differing", []):
         lines.append(style(f"file {d['path']}: recorded {d['recorded']}, replay {d['replayed']}",
