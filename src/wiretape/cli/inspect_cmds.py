@@ -17,7 +17,6 @@ from wiretape.cli.render import (
     Escaped,
     json_text,
     printable,
-    surrogates_escaped,
     table,
     verdict_line,
 )
@@ -162,7 +161,7 @@ def report(run: str, out: Path | None) -> None:
     page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts,
                   {e.seq: e.messages for e in ov.exchanges if e.messages})
     target = out or Path(f"{ov.info.run_id}.html")
-    write_whole(target, text_bytes(surrogates_escaped(page)))
+    write_whole(target, text_bytes(page))
     counts = (_count(len(ov.rows), "exchange"), _count(len(ov.ledger.entries), "tool call"),
               _count(len(ov.verdicts), "replay"))
     click.echo(f"wiretape: report of {printable(ov.info.run_id)} ({', '.join(counts)}) -> "

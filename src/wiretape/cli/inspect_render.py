@@ -16,6 +16,7 @@ from wiretape.cli.render import human_bytes, ms, table
 from wiretape.cli.render import printable as _p
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
+from wiretape.inspect.summary import message_summary
 from wiretape.inspect.timeline import TimelineRow, excerpt
 from wiretape.model import Exchange, RunInfo
 
@@ -185,13 +186,9 @@ def websocket_lines(exchange: Exchange, limit: int | None = None,
                    bold=True)]
     shown = messages if limit is None else messages[:limit]
     for i, m in enumerate(shown):
-        arrow = "→" if m.direction == "client" else "←"
-        code = f" {m.close_code}" if m.close_code is not None else ""
-        head = m.payload[:80].decode("utf-8", "backslashreplace")
-        more = "…" if len(m.payload) > 80 else ""
-        lines.append(f"  #{i} +{m.offset_ns / 1e6:.1f} ms {arrow} {m.direction} "
-                     f"{m.opcode.value}{code} {human_bytes(len(m.payload))}"
-                     + (f" {_p(head)}{more}" if m.payload else ""))
+        s = message_summary(m, 80)
+        lines.append(f"  #{i} +{m.offset_ns / 1e6:.1f} ms {s.direction} {s.opcode} "
+                     f"{human_bytes(s.size)}" + (f" {_p(s.head)}" if s.head else ""))
     if len(shown) < len(messages):
         lines.append(f"  ... and {len(messages) - len(shown)} more "
                      f"(wiretape show RUN --exchange {exchange.seq})")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from wiretape.printable import UNPRINTABLE, escaped
+from wiretape.printable import UNPRINTABLE
 from wiretape.printable import printable as printable  # (used across the CLI)
 
 if TYPE_CHECKING:
@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from wiretape.launch.record import RecordResult
     from wiretape.model import ExplanationJSON, RunInfo
     from wiretape.playback.verdict import Verdict
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def json_text(value: object) -> str:
@@ -35,12 +32,6 @@ def json_text(value: object) -> str:
     text = json.dumps(value, indent=2, ensure_ascii=False)
     return UNPRINTABLE.sub(lambda m: m.group() if m.group() == "\n"
                            else f"\\u{ord(m.group()):04x}", text)
-
-
-def surrogates_escaped(text: str) -> str:
-    """``text`` with only its lone surrogates escaped (a file that is not
-    printed to a terminal: the HTML report)."""
-    return _SURROGATE.sub(escaped, text)
 
 
 class Escaped:

@@ -18,10 +18,8 @@ from typing import TypedDict
 from wiretape.inspect.summary import request_summary
 from wiretape.matching import Explanation, explain
 from wiretape.matching.documents import session_stream
-from wiretape.model import Exchange, ExplanationJSON, Message, Opcode, Request, Response
-
-#: The messages that carry a session's content (pings and pongs do not).
-_CONTENT = frozenset({Opcode.TEXT, Opcode.BINARY, Opcode.CLOSE})
+from wiretape.model import Exchange, ExplanationJSON, Response
+from wiretape.playback.messages import CONTENT, as_request
 
 
 class ExchangeRefJSON(TypedDict):
@@ -154,15 +152,6 @@ def diff_runs(a: Sequence[Exchange], b: Sequence[Exchange]) -> RunDiff:
     return RunDiff(tuple(pairs), tuple(only_a), tuple(left))
 
 
-def _as_request(message: Message) -> Request:
-    """A message as a request for ``explain``: its payload is the body
-    (a close's code leads its reason), its opcode the target."""
-    body = message.payload
-    if message.opcode is Opcode.CLOSE:
-        body = f"{message.close_code} ".encode() + body
-    return Request(b"WEBSOCKET", message.opcode.value.encode(), (), body)
-
-
 def _message_diffs(a: Exchange, b: Exchange,
                    responses: tuple[Response, ...]) -> tuple[MessageDiff, ...]:
     """The client content messages of ``a`` and ``b`` that differ, paired
@@ -170,7 +159,7 @@ def _message_diffs(a: Exchange, b: Exchange,
     if not a.messages and not b.messages:
         return ()
     sent_a, sent_b = ([i for i, m in enumerate(e.messages)
-                       if m.direction == "client" and m.opcode in _CONTENT] for e in (a, b))
+                       if m.direction == "client" and m.opcode in CONTENT] for e in (a, b))
     named = (session_stream(a.messages), *responses)
     out = []
     for k in range(max(len(sent_a), len(sent_b))):
@@ -181,6 +170,6 @@ def _message_diffs(a: Exchange, b: Exchange,
             continue
         ma, mb = a.messages[ia], b.messages[ib]
         if (ma.opcode, ma.payload, ma.close_code) != (mb.opcode, mb.payload, mb.close_code):
-            out.append(MessageDiff(k, ia, ib, explain(_as_request(ma), _as_request(mb),
+            out.append(MessageDiff(k, ia, ib, explain(as_request(ma), as_request(mb),
                                                       recorded_responses=named)))
     return tuple(out)

@@ -22,6 +22,7 @@ from string import Template
 from wiretape import __version__
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
+from wiretape.inspect.summary import message_summary
 from wiretape.inspect.timeline import TimelineRow
 from wiretape.model import COMPARED_FACETS, ReplayRow, RunInfo, facets
 from wiretape.model import Message as WsMessage
@@ -92,12 +93,9 @@ def _ticks(r: TimelineRow, messages: Sequence[WsMessage], first: int, span: int)
     out = []
     for i, m in enumerate(messages):
         left = min(max(100 * (r.offset_ns - first + m.offset_ns) / span, 0.0), 100.0)
-        code = "" if m.close_code is None else f" {m.close_code}"
-        head = m.payload[:TICK_BYTES].decode("utf-8", "backslashreplace")
-        more = "…" if len(m.payload) > TICK_BYTES else ""
-        title = (f"#{r.seq} message {i} at +{_ms(m.offset_ns)}: "
-                 f"{'→ client' if m.direction == 'client' else '← server'} "
-                 f"{m.opcode.value}{code}, {len(m.payload)} B{': ' if head else ''}{head}{more}")
+        s = message_summary(m, TICK_BYTES)
+        title = (f"#{r.seq} message {i} at +{_ms(m.offset_ns)}: {s.direction} {s.opcode}, "
+                 f"{s.size} B{': ' if s.head else ''}{s.head}")
         out.append(f'<span class="wf-msg {"client" if m.direction == "client" else "server"}" '
                    f'data-msg="{i}" style="left:{left:.3f}%" title="{_e(title)}"></span>')
     return "".join(out)
@@ -190,13 +188,9 @@ def _session(messages: Sequence[WsMessage]) -> str:
     """A WebSocket session's messages: a collapsed table, one row each."""
     sent = sum(m.direction == "client" for m in messages)
     rows = "".join(
-        f'<tr><td>#{i}</td><td>+{_e(_ms(m.offset_ns))}</td>'
-        f'<td>{"→ client" if m.direction == "client" else "← server"}</td>'
-        f"<td>{_e(m.opcode.value)}{'' if m.close_code is None else ' ' + str(m.close_code)}"
-        f"</td><td>{len(m.payload)} B</td>"
-        f'<td class="mono">{_e(m.payload[:300].decode("utf-8", "backslashreplace"))}'
-        f'{"…" if len(m.payload) > 300 else ""}</td></tr>'
-        for i, m in enumerate(messages))
+        f'<tr><td>#{i}</td><td>+{_e(_ms(m.offset_ns))}</td><td>{s.direction}</td>'
+        f'<td>{_e(s.opcode)}</td><td>{s.size} B</td><td class="mono">{_e(s.head)}</td></tr>'
+        for i, m in enumerate(messages) for s in (message_summary(m, 300),))
     return (f'<details class="msg ws"><summary>WebSocket session: {len(messages)} messages '
             f"({sent} from the client, {len(messages) - sent} from the server)</summary>"
             "<table><thead><tr><th>#</th><th>at</th><th>direction</th><th>opcode</th>"
@@ -337,8 +331,9 @@ def replays(verdicts: Sequence[Verdict]) -> str:
                        f"{m.exact}, substituted {m.substituted}, equivalent {m.equivalent}, "
                        f"diverged {m.diverged}, missing {m.missing}, unused {m.unused}</div>")
         out.extend(_divergence(r) for r in v.requests if r.get("kind") != "exact")
+        # A session is played after any served handshake, not only an exact one.
         out.extend(_message_divergences(r) for r in v.requests
-                   if r.get("kind") == "exact" and "messages" in (r.get("detail") or {}))
+                   if "messages" in (r.get("detail") or {}))
         for u in v.unused_exchanges:
             out.append(f'<div class="muted">unused recorded exchange #{_e(u.get("seq"))}: '
                        f'{_e(u.get("summary", ""))}</div>')

@@ -1,5 +1,6 @@
 """One-line summaries of requests, for lists of unused or unmatched
-exchanges: the model, the last message's role and its first words.
+exchanges: the model, the last message's role and its first words; and of
+a WebSocket message, as ``show`` and the report list it.
 
 Display only: matching never uses this. Knows the request shapes of OpenAI
 chat (``messages``), OpenAI Responses (``input``), Anthropic (``messages``
@@ -9,8 +10,9 @@ with content blocks) and Gemini (``contents`` with ``parts``).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from wiretape.model import JSONValue, Request
+from wiretape.model import JSONValue, Message, Request
 
 _WORDS = 8
 
@@ -70,3 +72,26 @@ def request_summary(request: Request) -> str:
         role, text = last
         parts.append(f'last message {role}: "{first_words(text)}"')
     return ", ".join(parts) or "JSON body"
+
+
+@dataclass(frozen=True)
+class MessageSummary:
+    """A WebSocket message in a few words: ``direction`` with its arrow
+    (``→ client``: agent to origin, ``← server``), ``opcode`` with a close's
+    code (``close 1000``), ``size`` of the payload in bytes, and ``head`` its
+    first bytes as text (bytes that are not UTF-8 as backslash escapes, an
+    ellipsis when cut; empty for an empty payload). Not escaped for display."""
+
+    direction: str
+    opcode: str
+    size: int
+    head: str
+
+
+def message_summary(message: Message, head_bytes: int) -> MessageSummary:
+    """``message`` summarised, its head at most ``head_bytes`` bytes of payload."""
+    code = "" if message.close_code is None else f" {message.close_code}"
+    head = message.payload[:head_bytes].decode("utf-8", "backslashreplace")
+    more = "…" if len(message.payload) > head_bytes else ""
+    return MessageSummary("→ client" if message.direction == "client" else "← server",
+                          f"{message.opcode.value}{code}", len(message.payload), head + more)

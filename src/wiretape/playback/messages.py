@@ -201,7 +201,7 @@ class SessionScript:
         substituted, equivalent or diverged, as a request's body is
         (``playback.decide.decide``); fills ``decision`` in."""
         policy = self._policy
-        rec_req, live_req = _as_request(recorded), _as_request(live)
+        rec_req, live_req = as_request(recorded), as_request(live)
         same_kind = (recorded.opcode is live.opcode and recorded.close_code == live.close_code
                      and live.opcode is not Opcode.BINARY)
         fired: tuple[tuple[str, str, int], ...] = ()
@@ -218,7 +218,7 @@ class SessionScript:
         decision["kind"] = "equivalent" if same_kind and self._corresponds(
             rec_req.body, live_req.body, decision, substituted=bool(fired)) else "diverged"
         if decision["kind"] == "diverged":
-            decision["explanation"] = explain(rec_req, _as_request(live),
+            decision["explanation"] = explain(rec_req, as_request(live),
                                               recorded_responses=self._named).to_json()
 
     def _corresponds(self, recorded: bytes, live: bytes, decision: MessageDecisionJSON, *,
@@ -286,9 +286,9 @@ def never_received(messages: Sequence[Message], ending: Ending) -> tuple[int, ..
                  and (m.close_code, m.payload) == _CLIENT_WENT_AWAY)
 
 
-def _as_request(message: Message) -> Request:
+def as_request(message: Message) -> Request:
     """A message as a request for ``explain``: its payload is the body
-    (a close's code leads its reason)."""
+    (a close's code leads its reason), its opcode the target."""
     body = message.payload
     if message.opcode is Opcode.CLOSE:
         body = f"{message.close_code} ".encode() + body

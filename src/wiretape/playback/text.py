@@ -8,7 +8,7 @@ lines; ``Verdict.line()`` and ``Verdict.details()`` are the public way in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from wiretape.model import (
@@ -17,6 +17,7 @@ from wiretape.model import (
     ExplanationJSON,
     Facet,
     LearnedJSON,
+    MessageDecisionJSON,
     RequestDetail,
     facets,
 )
@@ -95,17 +96,7 @@ def _message_lines(detail: RequestDetail, style: Style, allow: tuple[str, ...] =
         lines.append(style(f"  {message_label(d)}, {d['size']} B: {d['kind']}"
                            + (" (nothing recorded answers it)" if d["recorded"] is None
                               else ""), fg=_KIND_COLOUR.get(d["kind"]), bold=True))
-        for old, new, count in d.get("substitutions", []):
-            lines.append(f"    substitution {old!r} -> {new!r} fired {count} time(s)")
-        if d.get("not_allowed"):
-            needed = ",".join(d.get("not_allowed", []))
-            every = ",".join(sorted({*allow, *d.get("not_allowed", [])}))
-            lines.append(f"    equal up to {needed} (not allowed; --allow {every} accepts it):")
-            lines.extend(learned_lines(d.get("learned", []), "      "))
-        elif d["kind"] == "equivalent":
-            lines.extend(learned_lines(d.get("learned", []), "    "))
-        if d.get("unexplained") and allow:
-            lines.append(f"    no learned rule explains {d.get('unexplained')}")
+        lines.extend(_decision_lines(d, d["kind"], allow, "    "))
         if "explanation" in d:
             lines.extend("  " + line for line in explanation_lines(d["explanation"], style))
     if "ending" in session:
@@ -118,6 +109,26 @@ def _message_lines(detail: RequestDetail, style: Style, allow: tuple[str, ...] =
             lines.append(f"  {what}: {shown}" + (f" and {more} more" if more > 0 else ""))
     return lines
 
+
+def _decision_lines(decided: RequestDetail | MessageDecisionJSON, kind: str,
+                    allow: Sequence[str], indent: str) -> list[str]:
+    """What decided a request or a message that was not exact, each line
+    led by ``indent``: the substitutions that fired, the learned rules it
+    needed (allowed, or not and the ``--allow`` that accepts it), and the
+    first difference no learned rule explains when rules are allowed."""
+    lines = [f"{indent}substitution {old!r} -> {new!r} fired {count} time(s)"
+             for old, new, count in decided.get("substitutions", [])]
+    not_allowed = decided.get("not_allowed", [])
+    if not_allowed:
+        needed = ",".join(not_allowed)
+        every = ",".join(sorted({*allow, *not_allowed}))
+        lines.append(f"{indent}equal up to {needed} (not allowed; --allow {every} accepts it):")
+        lines.extend(learned_lines(decided.get("learned", []), indent + "  "))
+    elif kind == "equivalent":
+        lines.extend(learned_lines(decided.get("learned", []), indent))
+    if decided.get("unexplained") and allow:
+        lines.append(f"{indent}no learned rule explains {decided.get('unexplained')}")
+    return lines
 
 
 def _rules_word(v: Verdict) -> str:
@@ -248,22 +259,14 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
         served = "served" if row.get("served") else "rejected"
         head = f"request {row['index']} {row['method']} {row['target']}: {kind} ({where}, {served})"
         lines.append(style(head, fg=_KIND_COLOUR.get(kind), bold=True))
-        for old, new, count in detail.get("substitutions", []):
-            lines.append(f"  substitution {old!r} -> {new!r} fired {count} time(s)")
-        if detail.get("not_allowed"):
-            needed = ",".join(detail["not_allowed"])
-            every = ",".join(sorted({*v.allow, *detail["not_allowed"]}))
-            lines.append(f"  equal up to {needed} (not allowed; --allow {every} accepts it):")
-            lines.extend(learned_lines(detail.get("learned", []), "    "))
-        elif kind == "equivalent":
-            lines.extend(learned_lines(detail.get("learned", [])))
-        if detail.get("unexplained") and v.allow:
-            lines.append(f"  no learned rule explains {detail['unexplained']}")
+        lines.extend(_decision_lines(detail, kind, v.allow, "  "))
         explanation = detail.get("explanation")
         if explanation:
             lines.extend(explanation_lines(explanation, style))
         elif detail.get("fields"):
             lines.append("  differs in: " + ", ".join(detail["fields"]))
+        # A session is played after any served handshake, not only an exact one.
+        lines.extend(_message_lines(detail, style, v.allow))
     files = v.outcome.get("files", {}) if v.outcome else {}
     for d in files.get("differing", []):
         lines.append(style(f"file {d['path']}: recorded {d['recorded']}, replay {d['replayed']}",
