@@ -122,6 +122,16 @@ def close_reason(text: str) -> str:
     return data[: MAX_REASON - 3].decode("utf-8", "ignore") + "..."
 
 
+def describe_close(close: Message) -> str:
+    """A close message in words, for an error line: its code (``no code``
+    when the frame carried none, RFC 6455 §7.1.5) and its reason quoted
+    when there is one, as in ``1000 'done'``."""
+    said = "no code" if close.close_code is None else str(close.close_code)
+    if close.payload:
+        said += " " + repr(close.payload.decode("utf-8", "replace"))
+    return said
+
+
 @dataclass
 class Received:
     """What one read from a peer gave: the messages it completed

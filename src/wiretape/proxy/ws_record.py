@@ -36,7 +36,7 @@ from wiretape.origins import UpstreamOptions
 from wiretape.proxy.hop import upstream_request_headers
 from wiretape.proxy.http1 import ClientConnection, ClientGone
 from wiretape.proxy.upstream import UpstreamClient
-from wiretape.proxy.websocket import Peer, going_away
+from wiretape.proxy.websocket import Peer, describe_close, going_away
 
 #: Seconds to wait for a handshake answer, and for the other side's end
 #: once one side has ended without a close.
@@ -241,9 +241,7 @@ def _say_unseen(session: Session) -> None:
         size = sum(len(m.payload) for m in data)
         parts.append(f"{len(data)} message{'s' if len(data) != 1 else ''} ({size} B)")
     for close in (m for m in unseen if m.opcode is Opcode.CLOSE):
-        said = "no code" if close.close_code is None else str(close.close_code)
-        if close.payload:
-            said += " " + repr(close.payload.decode("utf-8", "replace"))
+        said = describe_close(close)
         parts.append(f"its close ({said})")
     session.error += (f"; after that the origin sent {' and '.join(parts)}, which never "
                       "reached the client (not kept as its messages)")
@@ -290,9 +288,7 @@ def _unanswered(agent: Peer, origin: Peer, session: Session, close_timeout: floa
     silent = origin if sender == "client" else agent
     who = "the client" if silent is agent else "the origin"
     whose = "the origin's" if sender == "server" else "the client's"
-    said = "no code" if close.close_code is None else str(close.close_code)
-    if close.payload:
-        said += " " + repr(close.payload.decode("utf-8", "replace"))
+    said = describe_close(close)
     if silent.eof:
         session.ending = Ending.CLIENT_GONE if silent is agent else Ending.ORIGIN_RESET
         session.error = (f"{who} closed its connection without answering {whose} WebSocket "

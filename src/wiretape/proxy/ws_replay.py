@@ -32,7 +32,7 @@ from wiretape.model import Exchange, Message, MessagesJSON, Opcode, Request
 from wiretape.playback.messages import SessionScript, Step, message_label
 from wiretape.playback.pacing import Pace
 from wiretape.proxy.http1 import ClientConnection, ClientGone
-from wiretape.proxy.websocket import Peer, accepted_headers, going_away
+from wiretape.proxy.websocket import Peer, accepted_headers, describe_close, going_away
 
 #: Seconds a session wiretape closes (a strict stop, a missing message)
 #: waits for the client's end of stream.
@@ -71,9 +71,7 @@ class _Closing:
 
     async def _expire(self, close: Message) -> None:
         await asyncio.sleep(self._timeout)
-        said = "no code" if close.close_code is None else str(close.close_code)
-        if close.payload:
-            said += " " + repr(close.payload.decode("utf-8", "replace"))
+        said = describe_close(close)
         if close.direction == "server" and self._peer.protocol.close_rcvd is None:
             what = f"did not answer the recorded server's WebSocket close ({said})"
         else:
