@@ -42,6 +42,7 @@ from wiretape.matching import correspond, explain
 from wiretape.matching.correspond import Learned
 from wiretape.matching.documents import session_stream
 from wiretape.model import (
+    CLIENT_WENT_AWAY,
     Ending,
     Message,
     MessageDecisionJSON,
@@ -280,10 +281,6 @@ class SessionScript:
         return result
 
 
-#: The close wiretape sends an origin whose client went away (proxy.ws_record).
-_CLIENT_WENT_AWAY = (1001, b"the client went away")
-
-
 def never_received(messages: Sequence[Message], ending: Ending) -> tuple[int, ...]:
     """The indices of recorded server messages that are the origin's answer
     to the close wiretape sent it for a client that went away (``ending``
@@ -295,7 +292,8 @@ def never_received(messages: Sequence[Message], ending: Ending) -> tuple[int, ..
         return ()
     return tuple(i for i, m in enumerate(messages)
                  if m.direction == "server" and m.opcode is Opcode.CLOSE
-                 and (m.close_code, m.payload) == _CLIENT_WENT_AWAY)
+                 and m.close_code == CLIENT_WENT_AWAY[0]
+                 and m.payload == CLIENT_WENT_AWAY[1].encode("utf-8"))
 
 
 def _as_request(message: Message) -> Request:

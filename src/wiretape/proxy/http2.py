@@ -56,9 +56,15 @@ from h2.errors import ErrorCodes
 from wiretape.model import Headers, Request
 from wiretape.proxy.faults import internal_error, log, one_line
 from wiretape.proxy.hop import HOP_BY_HOP, ClientHead, Framing, client_head, connection_options
-from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, origin_form
+from wiretape.proxy.http1 import (
+    HOLD_AT_MOST,
+    READ_SIZE,
+    ClientConnection,
+    ClientGone,
+    Handler,
+    origin_form,
+)
 
-_READ_SIZE = 65536
 #: Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
 MAX_STREAMS = 100
 #: Bytes of a refused request's upload read and thrown away after its answer
@@ -103,10 +109,6 @@ def request_of(fields: list[tuple[bytes, bytes]], body: bytes) -> Request:
         headers.insert(0, (b"host", authority))
     return Request(method=pseudo.get(b":method", b""), target=pseudo.get(b":path", b""),
                    headers=tuple(headers), body=body, http_version=b"2")
-
-
-#: DATA bytes held for one write (``more=True``) before they are sent anyway
-_HOLD_AT_MOST = 256 * 1024
 
 
 class H2Stream:
@@ -198,7 +200,7 @@ class H2Stream:
                 raise ClientGone(self.gone) from exc
             view = view[size:]
             self._held += size
-            if not more or view or self._held >= _HOLD_AT_MOST:
+            if not more or view or self._held >= HOLD_AT_MOST:
                 await self.flush()
 
     async def flush(self) -> None:
@@ -334,7 +336,7 @@ class H2Server:
                         else None if self._streams else limits.idle_timeout)
                 try:
                     async with asyncio.timeout(wait):
-                        data = await self._reader.read(_READ_SIZE)
+                        data = await self._reader.read(READ_SIZE)
                 except TimeoutError:
                     if not arriving:
                         self.conn.fault("idle_timeout")

@@ -163,10 +163,6 @@ class Peer:
         self.eof = False
 
     @property
-    def open(self) -> bool:
-        return self.protocol.state is State.OPEN
-
-    @property
     def gone(self) -> bool:
         """Whether this peer's stream ended without its close (it went
         away without a closing handshake, RFC 6455 §7.1.5): nothing sent to

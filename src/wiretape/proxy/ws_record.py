@@ -31,7 +31,15 @@ import httpx
 from websockets.protocol import Side
 
 from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT, WS_CLOSE_TIMEOUT_VARIABLE
-from wiretape.model import Ending, Frame, Message, Opcode, Request, Response
+from wiretape.model import (
+    CLIENT_WENT_AWAY,
+    Ending,
+    Frame,
+    Message,
+    Opcode,
+    Request,
+    Response,
+)
 from wiretape.origins import UpstreamOptions
 from wiretape.proxy.hop import upstream_request_headers
 from wiretape.proxy.http1 import ClientConnection, ClientGone
@@ -198,7 +206,7 @@ async def _relay(agent: Peer, origin: Peer, agent_early: bytes, origin_early: by
                 session.error = (ended.failure or "the client closed its connection without "
                                  "a WebSocket close handshake")
                 # (what the origin receives: the client's stream is what is kept)
-                other.close(1001, "the client went away")
+                other.close(*CLIENT_WENT_AWAY)
             else:
                 session.ending = Ending.ORIGIN_RESET
                 session.error = (ended.failure or "the origin closed its connection without "
@@ -241,8 +249,7 @@ def _say_unseen(session: Session) -> None:
         size = sum(len(m.payload) for m in data)
         parts.append(f"{len(data)} message{'s' if len(data) != 1 else ''} ({size} B)")
     for close in (m for m in unseen if m.opcode is Opcode.CLOSE):
-        said = describe_close(close)
-        parts.append(f"its close ({said})")
+        parts.append(f"its close ({describe_close(close)})")
     session.error += (f"; after that the origin sent {' and '.join(parts)}, which never "
                       "reached the client (not kept as its messages)")
 

@@ -29,6 +29,7 @@ from websockets.protocol import Side
 
 from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT, WS_CLOSE_TIMEOUT_VARIABLE
 from wiretape.model import Exchange, Message, MessagesJSON, Opcode, Request
+from wiretape.playback.decide import INLINE_BYTES
 from wiretape.playback.messages import SessionScript, Step, message_label
 from wiretape.playback.pacing import Pace
 from wiretape.proxy.http1 import ClientConnection, ClientGone
@@ -38,9 +39,6 @@ from wiretape.proxy.websocket import Peer, accepted_headers, describe_close, goi
 #: waits for the client's end of stream.
 CLOSE_GRACE = 2.0
 
-#: A live message larger than this (bytes) that is not exact is compared
-#: off the event loop.
-INLINE_BYTES = 4096
 
 #: Redacts a live client message as the recording was, given the recorded
 #: payload it is compared with (None: there is none).
