@@ -28,7 +28,7 @@ import h11
 from wiretape.model import DEFAULT_MAX_BODY, Headers, Request
 from wiretape.proxy.faults import internal_error, log, one_line
 from wiretape.proxy.hop import ClientHead, Framing, client_head
-from wiretape.proxy.websocket import handshake_problem
+from wiretape.proxy.websocket import handshake_problem, is_upgrade
 
 #: Bytes asked of a client's socket per read (HTTP/1.1 and HTTP/2 alike).
 READ_SIZE = 65536
@@ -310,8 +310,7 @@ class ClientConnection:
                                "the request has both Transfer-Encoding and Content-Length; "
                                "send one of them")
             raise ProtocolRefused("Transfer-Encoding with Content-Length")
-        upgrade = [v.lower() for k, v in headers if k.lower() == b"upgrade"]
-        if any(b"websocket" in v for v in upgrade):
+        if is_upgrade(headers):
             problem = handshake_problem(bytes(event.method), bytes(event.http_version), headers)
             if problem is not None:
                 await self._refuse(400, "malformed_websocket_handshake", problem)

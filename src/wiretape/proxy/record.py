@@ -125,7 +125,7 @@ class Recorder:
         shown = root + base  # named in error answers: without any userinfo
 
         async def handle(conn: Responder, request: Request) -> None:
-            if is_upgrade(request) and isinstance(conn, ClientConnection):
+            if is_upgrade(request.headers) and isinstance(conn, ClientConnection):
                 await self._websocket(conn, request, origin, shown, root, host, connection_id)
                 return
             await self._forward(conn, request, origin, shown, root, host, connection_id)

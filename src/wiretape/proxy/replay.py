@@ -231,8 +231,8 @@ class Replayer:
                     "detail": detail,
                 }
                 self.rows.append(row)
-                session = (decision.serve and decision.seq is not None and is_upgrade(request)
-                           and isinstance(conn, ClientConnection)
+                session = (decision.serve and decision.seq is not None
+                           and is_upgrade(request.headers) and isinstance(conn, ClientConnection)
                            and ws_replay.is_session(self._tape.exchanges[decision.seq]))
                 if not session:  # (a session's row is written once it ends)
                     self._unwritten.append((row, live, time.time_ns()))

@@ -39,10 +39,11 @@ _SENDABLE = frozenset(range(3000, 5000)) | {1000, 1001, 1002, 1003, 1007, 1008, 
 MAX_REASON = 123
 
 
-def is_upgrade(request: Request) -> bool:
-    """Whether ``request`` asks to switch to WebSocket (an ``Upgrade``
-    field naming ``websocket``, RFC 6455 §4.1)."""
-    return any(b"websocket" in v.lower() for v in header_values(request.headers, b"upgrade"))
+def is_upgrade(headers: Headers) -> bool:
+    """Whether a request with these header fields asks to switch to
+    WebSocket (an ``Upgrade`` field naming ``websocket``, case-insensitive,
+    RFC 6455 §4.1)."""
+    return any(b"websocket" in v.lower() for v in header_values(headers, b"upgrade"))
 
 
 def handshake_problem(method: bytes, http_version: bytes, headers: Headers) -> str | None:
