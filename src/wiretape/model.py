@@ -107,6 +107,12 @@ class Opcode(enum.StrEnum):
     CLOSE = "close"
 
 
+#: The close (code, reason) wiretape sends an origin whose client went away
+#: without a close (RFC 6455 §7.4.1: 1001, going away): the recorder sends
+#: it, and a replay knows the origin's answer to it by it.
+CLIENT_WENT_AWAY: tuple[int, str] = (1001, "the client went away")
+
+
 @dataclass(frozen=True)
 class Message:
     """One WebSocket message after an upgrade (DESIGN.md, "WebSockets").

@@ -401,6 +401,40 @@ async def test_tls_is_verified_against_the_given_ca_for_the_resolved_name(
 
 
 @in_loop
+async def test_a_stream_of_its_own_is_dialled_and_verified_as_requests_are(
+        upstream_ca: tuple[RunCA, Path]) -> None:
+    """``open_stream`` (a WebSocket session's connection): ``--resolve``
+    applied, the host IDNA-encoded for SNI and the certificate check, the
+    connection outside the pool."""
+    ca, pem = upstream_ca
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        writer.write(b"got " + await reader.readexactly(5))
+        await writer.drain()
+
+    names: list[str] = []
+    async with Origin(echo).running(ca.sni_context(names.append)) as port:
+        resolve = {"bücher.example.test": ("127.0.0.1", port)}
+        client = UpstreamClient(UpstreamOptions(ca_file=pem, resolve=resolve))
+        reader, writer = await client.open_stream("https://bücher.example.test", resolve)
+        writer.write(b"hello")
+        answer = await reader.readexactly(9)
+        writer.close()
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            await UpstreamClient(UpstreamOptions(resolve=resolve)).open_stream(
+                "https://bücher.example.test", resolve)
+        await client.aclose()
+    assert answer == b"got hello"
+    assert names == ["xn--bcher-kva.example.test"] * 2
+    refused = Origin(echo)
+    async with refused.running() as port:
+        pass
+    with pytest.raises(httpx.ConnectError) as caught:
+        await UpstreamClient().open_stream(f"http://127.0.0.1:{port}")
+    assert isinstance(caught.value.__cause__, ConnectionRefusedError)
+
+
+@in_loop
 async def test_refused_and_slow_origins_raise_the_errors_the_recorder_catches() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await asyncio.sleep(30)

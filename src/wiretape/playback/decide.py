@@ -28,6 +28,14 @@ from wiretape.matching.headers import DEFAULT_SEMANTIC_HEADERS
 from wiretape.matching.regions import differing_region
 from wiretape.model import Headers, LearnedJSON, Request
 
+#: Bytes up to which the replayer works on its event loop, a thread hop
+#: costing more than the work: a live request this small (target and body)
+#: is redacted there when no recorded request on its route holds a mask to
+#: learn from, and decided there when it is exact (``proxy.replay``); a live
+#: WebSocket message this small is decided there when it is not exact
+#: (``proxy.ws_replay``; a larger one off the loop).
+INLINE_BYTES = 4096
+
 
 class Kind(enum.StrEnum):
     EXACT = "exact"

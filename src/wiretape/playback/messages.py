@@ -35,18 +35,21 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple, Protocol
 
 from wiretape.matching import correspond, explain
 from wiretape.matching.correspond import Learned
 from wiretape.matching.documents import session_stream
 from wiretape.model import (
+    CLIENT_WENT_AWAY,
     Ending,
     Message,
     MessageDecisionJSON,
     MessagesJSON,
     Opcode,
     Request,
+    Response,
 )
 from wiretape.playback.decide import Mode, Policy, apply_substitutions
 
@@ -107,8 +110,6 @@ class SessionScript:
                  knowledge: Knowledge | None = None, *,
                  withheld: Collection[int] = ()) -> None:
         self.messages = tuple(messages)
-        #: the server's messages as a response, to name a result's tool
-        self._named = (session_stream(self.messages),)
         self._policy = policy or Policy()
         self._mode = self._policy.mode
         self._knowledge = knowledge or OwnKnowledge(Learned(self._policy.clock_tolerance_s))
@@ -122,13 +123,18 @@ class SessionScript:
         self._clients = [i for i in clients if self.messages[i].opcode is not Opcode.CLOSE]
         self._close = next((i for i in clients if self.messages[i].opcode is Opcode.CLOSE),
                            None)
-        self._anchors = clients
         #: per recorded client message (and -1: the opening), the server
         #: messages that followed it
         self._after: dict[int, list[int]] = {-1: []}
+        #: per recorded message, the client message it followed (-1: none)
+        self._anchor_of: list[int] = []
         anchor = -1
-        for i in content:
-            if self.messages[i].direction == "client":
+        counted = frozenset(content)
+        for i, message in enumerate(self.messages):
+            self._anchor_of.append(anchor)
+            if i not in counted:
+                continue
+            if message.direction == "client":
                 anchor = i
                 self._after[i] = []
             else:
@@ -147,9 +153,16 @@ class SessionScript:
 
     def anchor_offset(self, index: int) -> int:
         """The recorded offset (ns) that a server message's pacing counts
-        from: that of the client message it followed (0: the opening)."""
-        before = [c for c in self._anchors if c < index]
-        return self.messages[before[-1]].offset_ns if before else 0
+        from: that of the client message it followed (0: the opening).
+        ``index``: a recorded message's, 0 to ``len(messages) - 1``."""
+        anchor = self._anchor_of[index]
+        return self.messages[anchor].offset_ns if anchor >= 0 else 0
+
+    @cached_property
+    def _named(self) -> tuple[Response]:
+        """The server's messages as a response, to name a result's tool
+        (built on first use: only explaining a mismatch needs it)."""
+        return (session_stream(self.messages),)
 
     def peek(self, opcode: Opcode) -> int | None:
         """The index of the recorded client message a live one of
@@ -268,10 +281,6 @@ class SessionScript:
         return result
 
 
-#: The close wiretape sends an origin whose client went away (proxy.ws_record).
-_CLIENT_WENT_AWAY = (1001, b"the client went away")
-
-
 def never_received(messages: Sequence[Message], ending: Ending) -> tuple[int, ...]:
     """The indices of recorded server messages that are the origin's answer
     to the close wiretape sent it for a client that went away (``ending``
@@ -283,7 +292,8 @@ def never_received(messages: Sequence[Message], ending: Ending) -> tuple[int, ..
         return ()
     return tuple(i for i, m in enumerate(messages)
                  if m.direction == "server" and m.opcode is Opcode.CLOSE
-                 and (m.close_code, m.payload) == _CLIENT_WENT_AWAY)
+                 and m.close_code == CLIENT_WENT_AWAY[0]
+                 and m.payload == CLIENT_WENT_AWAY[1].encode("utf-8"))
 
 
 def as_request(message: Message) -> Request:

@@ -28,11 +28,13 @@ import h11
 from wiretape.model import DEFAULT_MAX_BODY, Headers, Request
 from wiretape.proxy.faults import internal_error, log, one_line
 from wiretape.proxy.hop import ClientHead, Framing, client_head
-from wiretape.proxy.websocket import handshake_problem
+from wiretape.proxy.websocket import handshake_problem, is_upgrade
 
-_READ_SIZE = 65536
-#: bytes held for one write (``more=True``) before they are sent anyway
-_HOLD_AT_MOST = 256 * 1024
+#: Bytes asked of a client's socket per read (HTTP/1.1 and HTTP/2 alike).
+READ_SIZE = 65536
+#: Bytes held for one write (``more=True``) before they are sent anyway
+#: (a response's data, HTTP/1.1 and HTTP/2 alike).
+HOLD_AT_MOST = 256 * 1024
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # HTTP/2 GOAWAY with HTTP_1_1_REQUIRED (RFC 9113 §6.8, §7: error code 0xd),
 # preceded by an empty SETTINGS frame as the server preface (RFC 9113 §3.4).
@@ -209,7 +211,7 @@ class ClientConnection:
     # -- reading -----------------------------------------------------------
 
     async def _receive(self) -> bytes:
-        data = await self._reader.read(_READ_SIZE)
+        data = await self._reader.read(READ_SIZE)
         if self._first_read and data:
             self._first_read = False
             if _H2_PREFACE.startswith(data[: len(_H2_PREFACE)]) and data.startswith(b"PRI "):
@@ -308,8 +310,7 @@ class ClientConnection:
                                "the request has both Transfer-Encoding and Content-Length; "
                                "send one of them")
             raise ProtocolRefused("Transfer-Encoding with Content-Length")
-        upgrade = [v.lower() for k, v in headers if k.lower() == b"upgrade"]
-        if any(b"websocket" in v for v in upgrade):
+        if is_upgrade(headers):
             problem = handshake_problem(bytes(event.method), bytes(event.http_version), headers)
             if problem is not None:
                 await self._refuse(400, "malformed_websocket_handshake", problem)
@@ -512,7 +513,7 @@ class ClientConnection:
             elif self._head.framing is not Framing.NONE:
                 self._hold(data)
             self._h11_send_quietly(h11.Data(data=data))
-        if not more or self._held_bytes >= _HOLD_AT_MOST:
+        if not more or self._held_bytes >= HOLD_AT_MOST:
             await self.flush()
 
     async def answer(self, status: int, reason: bytes, headers: Headers, body: bytes, *,

@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Awaitable
 
 import h2.config
 import h2.connection
@@ -56,9 +56,15 @@ from h2.errors import ErrorCodes
 from wiretape.model import Headers, Request
 from wiretape.proxy.faults import internal_error, log, one_line
 from wiretape.proxy.hop import HOP_BY_HOP, ClientHead, Framing, client_head, connection_options
-from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, origin_form
+from wiretape.proxy.http1 import (
+    HOLD_AT_MOST,
+    READ_SIZE,
+    ClientConnection,
+    ClientGone,
+    Handler,
+    origin_form,
+)
 
-_READ_SIZE = 65536
 #: Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
 MAX_STREAMS = 100
 #: Bytes of a refused request's upload read and thrown away after its answer
@@ -105,10 +111,6 @@ def request_of(fields: list[tuple[bytes, bytes]], body: bytes) -> Request:
                    headers=tuple(headers), body=body, http_version=b"2")
 
 
-#: DATA bytes held for one write (``more=True``) before they are sent anyway
-_HOLD_AT_MOST = 256 * 1024
-
-
 class H2Stream:
     """One HTTP/2 stream's answer: the ``http1.Responder`` a handler writes
     its response through. Raises ClientGone when the client reset the
@@ -133,24 +135,26 @@ class H2Stream:
         self.discarded = 0
         #: the client ended its side of the stream (END_STREAM)
         self.upload_ended = False
-        self._window = asyncio.Event()
-        #: set when DATA, END_STREAM or a reset arrives for the stream
-        self._arrived = asyncio.Event()
+        #: set by :meth:`wake`: a WINDOW_UPDATE, new settings, DATA,
+        #: END_STREAM or a reset for the stream, or the connection's end (one
+        #: event for all: the one task answering a stream waits for a window
+        #: while it writes, and only after that, for a refused request's
+        #: upload, for arrivals)
+        self._woken = asyncio.Event()
         #: DATA bytes queued since the last write (``more=True``)
         self._held = 0
 
     def wake(self) -> None:
         """The stream's window (or state) may have changed."""
-        self._window.set()
-        self._arrived.set()
+        self._woken.set()
 
     async def arrival(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for DATA, END_STREAM or a reset on the
         stream (or the connection's end); False when none came."""
-        self._arrived.clear()
+        self._woken.clear()
         try:
             async with asyncio.timeout(timeout):
-                await self._arrived.wait()
+                await self._woken.wait()
         except TimeoutError:
             return False
         return True
@@ -198,7 +202,7 @@ class H2Stream:
                 raise ClientGone(self.gone) from exc
             view = view[size:]
             self._held += size
-            if not more or view or self._held >= _HOLD_AT_MOST:
+            if not more or view or self._held >= HOLD_AT_MOST:
                 await self.flush()
 
     async def flush(self) -> None:
@@ -229,10 +233,10 @@ class H2Stream:
             if room > 0:
                 return room
             await self.flush()  # (what is held is what the peer's window waits for)
-            self._window.clear()
+            self._woken.clear()
             try:
                 async with asyncio.timeout(timeout):
-                    await self._window.wait()
+                    await self._woken.wait()
             except TimeoutError:
                 self.gone = f"the client read nothing of the stream for {timeout:g} s"
                 await self.abort()
@@ -334,7 +338,7 @@ class H2Server:
                         else None if self._streams else limits.idle_timeout)
                 try:
                     async with asyncio.timeout(wait):
-                        data = await self._reader.read(_READ_SIZE)
+                        data = await self._reader.read(READ_SIZE)
                 except TimeoutError:
                     if not arriving:
                         self.conn.fault("idle_timeout")
@@ -456,7 +460,7 @@ class H2Server:
             return
         request = Request(request.method, checked, request.headers, request.body,
                           request.http_version)
-        self._start(stream, self._answer(stream, request))
+        self._start(stream, self._handler(stream, request))
 
     def _refuse(self, stream: H2Stream, status: int, code: str, message: str) -> None:
         stream.refused = True
@@ -496,7 +500,7 @@ class H2Server:
         self._streams.pop(stream.stream_id, None)
         self.conn.busy = bool(self._streams)
 
-    def _start(self, stream: H2Stream, work: Coroutine[None, None, None]) -> None:
+    def _start(self, stream: H2Stream, work: Awaitable[None]) -> None:
         stream.started = True
 
         async def run() -> None:
@@ -522,9 +526,6 @@ class H2Server:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer(self, stream: H2Stream, request: Request) -> None:
-        await self._handler(stream, request)
-
     async def _fail(self, stream: H2Stream, exc: BaseException) -> None:
         """After a bug while answering: a 500 when no answer was begun."""
         if stream.head is not None or stream.gone:
@@ -532,9 +533,7 @@ class H2Server:
         headers, body = self.conn.refusal(500, "internal_error",
                                           f"internal error: {one_line(exc)}", count=False)
         with contextlib.suppress(ClientGone):
-            await stream.send_head(500, b"", headers)
-            await stream.send_data(body)
-            await stream.end()
+            await stream.answer(500, b"", headers, body)
 
     def _finish_if_draining(self) -> bool:
         """When the proxy is stopping and no stream is under way: GOAWAY,

@@ -125,7 +125,7 @@ class Recorder:
         shown = root + base  # named in error answers: without any userinfo
 
         async def handle(conn: Responder, request: Request) -> None:
-            if is_upgrade(request) and isinstance(conn, ClientConnection):
+            if is_upgrade(request.headers) and isinstance(conn, ClientConnection):
                 await self._websocket(conn, request, origin, shown, root, host, connection_id)
                 return
             await self._forward(conn, request, origin, shown, root, host, connection_id)
@@ -269,8 +269,9 @@ class Recorder:
         wall, t0 = time.time_ns(), time.monotonic_ns()
         session = ws_record.Session()
         try:
-            await ws_record.forward(conn, request, root, host, self._options, session, t0=t0,
-                                    max_size=conn.max_body, close_timeout=self._close_timeout)
+            await ws_record.forward(conn, request, root, host, self._client, self._options,
+                                    session, t0=t0, max_size=conn.max_body,
+                                    close_timeout=self._close_timeout)
         except ws_record.OriginUnreachable as exc:
             session.ending = Ending.TIMEOUT if exc.timeout else Ending.ORIGIN_UNREACHABLE
             session.error = str(exc)

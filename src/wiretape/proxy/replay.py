@@ -27,7 +27,16 @@ from wiretape.matching import Explanation, explain
 from wiretape.matching.correspond import Learned
 from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail, header_values
 from wiretape.origins import parse_upstream
-from wiretape.playback.decide import Candidate, Decision, Kind, Policy, Remaining, decide, exact
+from wiretape.playback.decide import (
+    INLINE_BYTES,
+    Candidate,
+    Decision,
+    Kind,
+    Policy,
+    Remaining,
+    decide,
+    exact,
+)
 from wiretape.playback.messages import SessionScript, Step, message_label, never_received
 from wiretape.playback.pacing import Pace, schedule
 from wiretape.proxy import ws_replay
@@ -107,12 +116,6 @@ def decision_detail(decision: Decision) -> RequestDetail:
         detail["unexplained"] = decision.unexplained
     return detail
 
-
-#: A live request this small (target and body, bytes) is redacted on the
-#: event loop when no recorded request on its route holds a mask to learn
-#: from, and decided there when it is exact: a thread hop would cost more
-#: than the work.
-INLINE_BYTES = 4096
 
 
 class Replayer:
@@ -228,8 +231,8 @@ class Replayer:
                     "detail": detail,
                 }
                 self.rows.append(row)
-                session = (decision.serve and decision.seq is not None and is_upgrade(request)
-                           and isinstance(conn, ClientConnection)
+                session = (decision.serve and decision.seq is not None
+                           and is_upgrade(request.headers) and isinstance(conn, ClientConnection)
                            and ws_replay.is_session(self._tape.exchanges[decision.seq]))
                 if not session:  # (a session's row is written once it ends)
                     self._unwritten.append((row, live, time.time_ns()))

@@ -457,6 +457,36 @@ class UpstreamClient:
             pass  # the origin had closed it: once more, on a new connection
         return await self._exchange(await self._connect(key, timeouts), request, timeouts)
 
+    async def open_stream(self, origin_root: str,
+                          resolve: Mapping[str, tuple[str, int]] | None = None,
+                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection of its own to ``origin_root`` (``scheme://host[:port]``;
+        not from the pool, never given back to it; the caller closes it),
+        dialled and verified as forwarded requests are: ``resolve`` applied
+        as in :func:`build_request`, the host IDNA-encoded (RFC 5891), TLS
+        for https with the origin's certificate checked against that name,
+        ALPN ``http/1.1`` (what a WebSocket upgrade goes over too, RFC 6455
+        §4.1). Raises httpx.InvalidURL for a bad ``origin_root``,
+        httpx.ConnectError (refused, no such host, a certificate that does
+        not verify; the OSError as its cause), httpx.ConnectTimeout."""
+        origin = _origin(origin_root)
+        timeouts = self._timeouts or DEFAULT_TIMEOUT
+        if resolve and origin.host in resolve:
+            address, port = resolve[origin.host]
+        else:
+            address, port = origin.ascii_host, origin.port
+        tls = self._tls if origin.scheme == "https" else None
+        try:
+            async with asyncio.timeout(timeouts.connect):
+                return await asyncio.open_connection(
+                    address, port, ssl=tls, server_hostname=origin.ascii_host if tls else None,
+                    happy_eyeballs_delay=0.25, limit=READ_SIZE)
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"cannot connect to {address}:{port} in "
+                                       f"{timeouts.connect:g} s") from None
+        except OSError as exc:  # (ssl.SSLError is one)
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+
     async def _connect(self, key: PoolKey, timeouts: Timeouts, *,
                        reuse: bool = False) -> _Connection:
         """A new connection for ``key`` (with ``reuse``, an idle one that

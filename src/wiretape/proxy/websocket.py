@@ -39,10 +39,11 @@ _SENDABLE = frozenset(range(3000, 5000)) | {1000, 1001, 1002, 1003, 1007, 1008, 
 MAX_REASON = 123
 
 
-def is_upgrade(request: Request) -> bool:
-    """Whether ``request`` asks to switch to WebSocket (an ``Upgrade``
-    field naming ``websocket``, RFC 6455 §4.1)."""
-    return any(b"websocket" in v.lower() for v in header_values(request.headers, b"upgrade"))
+def is_upgrade(headers: Headers) -> bool:
+    """Whether a request with these header fields asks to switch to
+    WebSocket (an ``Upgrade`` field naming ``websocket``, case-insensitive,
+    RFC 6455 §4.1)."""
+    return any(b"websocket" in v.lower() for v in header_values(headers, b"upgrade"))
 
 
 def handshake_problem(method: bytes, http_version: bytes, headers: Headers) -> str | None:
@@ -122,6 +123,16 @@ def close_reason(text: str) -> str:
     return data[: MAX_REASON - 3].decode("utf-8", "ignore") + "..."
 
 
+def describe_close(close: Message) -> str:
+    """A close message in words, for an error line: its code (``no code``
+    when the frame carried none, RFC 6455 §7.1.5) and its reason quoted
+    when there is one, as in ``1000 'done'``."""
+    said = "no code" if close.close_code is None else str(close.close_code)
+    if close.payload:
+        said += " " + repr(close.payload.decode("utf-8", "replace"))
+    return said
+
+
 @dataclass
 class Received:
     """What one read from a peer gave: the messages it completed
@@ -151,10 +162,6 @@ class Peer:
         self._partial: tuple[Opcode, bytearray] | None = None
         #: the end of its stream was read
         self.eof = False
-
-    @property
-    def open(self) -> bool:
-        return self.protocol.state is State.OPEN
 
     @property
     def gone(self) -> bool:

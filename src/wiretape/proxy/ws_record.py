@@ -25,18 +25,26 @@ import contextlib
 import ssl
 import time
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
-import certifi
 import h11
+import httpx
 from websockets.protocol import Side
 
 from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT, WS_CLOSE_TIMEOUT_VARIABLE
-from wiretape.model import Ending, Frame, Message, Opcode, Request, Response
+from wiretape.model import (
+    CLIENT_WENT_AWAY,
+    Ending,
+    Frame,
+    Message,
+    Opcode,
+    Request,
+    Response,
+)
 from wiretape.origins import UpstreamOptions
 from wiretape.proxy.hop import upstream_request_headers
 from wiretape.proxy.http1 import ClientConnection, ClientGone
-from wiretape.proxy.websocket import Peer, going_away
+from wiretape.proxy.upstream import UpstreamClient
+from wiretape.proxy.websocket import Peer, describe_close, going_away
 
 #: Seconds to wait for a handshake answer, and for the other side's end
 #: once one side has ended without a close.
@@ -67,30 +75,13 @@ class OriginUnreachable(Exception):
         self.timeout = timeout
 
 
-def _context(options: UpstreamOptions) -> ssl.SSLContext:
-    verify = options.verify()
-    if isinstance(verify, ssl.SSLContext):
-        return verify
-    return ssl.create_default_context(cafile=certifi.where())
-
-
-async def _dial(root: str, options: UpstreamOptions,
-                ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    parts = urlsplit(root)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    address, dial_port = options.resolve.get(host, (host, port))
-    tls = _context(options) if parts.scheme == "https" else None
-    return await asyncio.open_connection(address, dial_port, ssl=tls,
-                                         server_hostname=host if tls else None,
-                                         limit=1 << 20)
-
-
 async def forward(conn: ClientConnection, request: Request, root: str, host: str,
-                  options: UpstreamOptions, session: Session, *, t0: int,
+                  client: UpstreamClient, options: UpstreamOptions, session: Session, *, t0: int,
                   max_size: int, close_timeout: float = DEFAULT_WS_CLOSE_TIMEOUT) -> None:
     """Send the upgrade ``request`` to the origin at ``root``
-    (``scheme://host[:port]``, ``host`` its Host field) and relay its
+    (``scheme://host[:port]``, ``host`` its Host field), on a connection
+    of its own ``client`` opens (dialled and verified as forwarded requests
+    are, ``options.resolve`` applied), and relay its
     answer to ``conn``; after a 101, relay the session until both ends are
     done, filling ``session`` as it goes (so what crossed is there when
     this task is cancelled). ``t0``: monotonic ns when the request began;
@@ -101,12 +92,13 @@ async def forward(conn: ClientConnection, request: Request, root: str, host: str
     504); ClientGone is handled here."""
     try:
         async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-            reader, writer = await _dial(root, options)
-    except TimeoutError as exc:
+            reader, writer = await client.open_stream(root, options.resolve)
+    except (TimeoutError, httpx.ConnectTimeout) as exc:
         raise OriginUnreachable(f"no connection to {root} within {HANDSHAKE_TIMEOUT:g} s",
                                 timeout=True) from exc
-    except (OSError, ssl.SSLError, ValueError) as exc:
-        raise OriginUnreachable(f"{type(exc).__name__}: {exc}") from exc
+    except (httpx.ConnectError, httpx.InvalidURL) as exc:
+        cause = exc.__cause__ or exc  # (the OSError or ssl.SSLError, named as it was)
+        raise OriginUnreachable(f"{type(cause).__name__}: {cause}") from exc
     try:
         await _handshake(conn, request, host, reader, writer, session, t0, max_size,
                          close_timeout)
@@ -214,7 +206,7 @@ async def _relay(agent: Peer, origin: Peer, agent_early: bytes, origin_early: by
                 session.error = (ended.failure or "the client closed its connection without "
                                  "a WebSocket close handshake")
                 # (what the origin receives: the client's stream is what is kept)
-                other.close(1001, "the client went away")
+                other.close(*CLIENT_WENT_AWAY)
             else:
                 session.ending = Ending.ORIGIN_RESET
                 session.error = (ended.failure or "the origin closed its connection without "
@@ -257,10 +249,7 @@ def _say_unseen(session: Session) -> None:
         size = sum(len(m.payload) for m in data)
         parts.append(f"{len(data)} message{'s' if len(data) != 1 else ''} ({size} B)")
     for close in (m for m in unseen if m.opcode is Opcode.CLOSE):
-        said = "no code" if close.close_code is None else str(close.close_code)
-        if close.payload:
-            said += " " + repr(close.payload.decode("utf-8", "replace"))
-        parts.append(f"its close ({said})")
+        parts.append(f"its close ({describe_close(close)})")
     session.error += (f"; after that the origin sent {' and '.join(parts)}, which never "
                       "reached the client (not kept as its messages)")
 
@@ -306,9 +295,7 @@ def _unanswered(agent: Peer, origin: Peer, session: Session, close_timeout: floa
     silent = origin if sender == "client" else agent
     who = "the client" if silent is agent else "the origin"
     whose = "the origin's" if sender == "server" else "the client's"
-    said = "no code" if close.close_code is None else str(close.close_code)
-    if close.payload:
-        said += " " + repr(close.payload.decode("utf-8", "replace"))
+    said = describe_close(close)
     if silent.eof:
         session.ending = Ending.CLIENT_GONE if silent is agent else Ending.ORIGIN_RESET
         session.error = (f"{who} closed its connection without answering {whose} WebSocket "

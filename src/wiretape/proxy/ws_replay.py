@@ -29,18 +29,16 @@ from websockets.protocol import Side
 
 from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT, WS_CLOSE_TIMEOUT_VARIABLE
 from wiretape.model import Exchange, Message, MessagesJSON, Opcode, Request
+from wiretape.playback.decide import INLINE_BYTES
 from wiretape.playback.messages import SessionScript, Step, message_label
 from wiretape.playback.pacing import Pace
 from wiretape.proxy.http1 import ClientConnection, ClientGone
-from wiretape.proxy.websocket import Peer, accepted_headers, going_away
+from wiretape.proxy.websocket import Peer, accepted_headers, describe_close, going_away
 
 #: Seconds a session wiretape closes (a strict stop, a missing message)
 #: waits for the client's end of stream.
 CLOSE_GRACE = 2.0
 
-#: A live message larger than this (bytes) that is not exact is compared
-#: off the event loop.
-INLINE_BYTES = 4096
 
 #: Redacts a live client message as the recording was, given the recorded
 #: payload it is compared with (None: there is none).
@@ -71,9 +69,7 @@ class _Closing:
 
     async def _expire(self, close: Message) -> None:
         await asyncio.sleep(self._timeout)
-        said = "no code" if close.close_code is None else str(close.close_code)
-        if close.payload:
-            said += " " + repr(close.payload.decode("utf-8", "replace"))
+        said = describe_close(close)
         if close.direction == "server" and self._peer.protocol.close_rcvd is None:
             what = f"did not answer the recorded server's WebSocket close ({said})"
         else:
