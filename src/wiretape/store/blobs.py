@@ -49,6 +49,8 @@ from dataclasses import dataclass
 
 import zstandard
 
+from wiretape.commonbytes import common_prefix, common_suffix
+
 MAX_REF_DEPTH = 32
 MIN_COMPRESS = 64  # bytes; below this zstd framing costs more than it saves
 #: The largest body read back (uncompressed bytes): above a snapshot's whole
@@ -93,9 +95,6 @@ _SPLICE = struct.Struct(">4sBQQ")
 _SPLICE_MAGIC = b"WTS1"
 _MIDDLE_RAW = 0
 _MIDDLE_ZSTD = 1
-#: The first block (bytes) compared when looking for a common start or end;
-#: each block that matches doubles the next, so a long match costs few steps.
-_BLOCK = 4096
 
 
 def blob_hash(data: bytes) -> str:
@@ -265,55 +264,6 @@ class Reference:
     depth: int
 
 
-def common_prefix(a: bytes, b: bytes, limit: int | None = None) -> int:
-    """The length (bytes) of the longest common start of ``a`` and ``b``,
-    at most ``limit``. Linear in that length, in C-speed comparisons: blocks
-    from ``_BLOCK`` bytes, doubling while they match, then halving within
-    the first block that does not."""
-    n = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
-    view = memoryview(b)
-    i, step = 0, _BLOCK
-    while i < n:
-        k = min(step, n - i)
-        if a.startswith(view[i:i + k], i):
-            i += k
-            step *= 2
-            continue
-        while k > 1:  # they differ within [i, i + k)
-            half = k // 2
-            if a.startswith(view[i:i + half], i):
-                i += half
-                k -= half
-            else:
-                k = half
-        return i
-    return n
-
-
-def common_suffix(a: bytes, b: bytes, limit: int | None = None) -> int:
-    """The length (bytes) of the longest common end of ``a`` and ``b``, at
-    most ``limit``; as :func:`common_prefix`, from the end."""
-    n = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
-    view = memoryview(b)
-    la, lb = len(a), len(b)
-    j, step = 0, _BLOCK  # a[la - j:] == b[lb - j:]
-    while j < n:
-        k = min(step, n - j)
-        if a.startswith(view[lb - j - k:lb - j], la - j - k):
-            j += k
-            step *= 2
-            continue
-        while k > 1:  # they differ within the k bytes before the matched end
-            half = k // 2
-            if a.startswith(view[lb - j - half:lb - j], la - j - half):
-                j += half
-                k -= half
-            else:
-                k = half
-        return j
-    return n
-
-
 class Packer:
     """Compresses bodies: spliced from a reference body when it covers most
     of them, else zstd against the reference's bytes as a dictionary, else
@@ -454,7 +404,7 @@ class Packer:
         prefix = common_prefix(ref.data, data)
         if prefix == len(data) == len(ref.data):
             return None
-        suffix = common_suffix(ref.data, data, min(len(ref.data), len(data)) - prefix)
+        suffix = common_suffix(ref.data, data, limit=min(len(ref.data), len(data)) - prefix)
         middle = len(data) - prefix - suffix
         if middle * _SPLICE_SHARE > len(data):
             return None
