@@ -545,15 +545,7 @@ class RunFile:
                          later: list[tuple[str, bytes, blobs.Reference | None]]) -> str | None:
             if resp is None:
                 return None
-            if compress_later and len(resp_body) < _COMPRESS_NOW:
-                # small: compressed at once costs less than a later transaction
-                return blobs.put(db, resp_body, packer=self._background_packer)
-            if compress_later:
-                digest = blobs.blob_hash(resp_body)
-                if blobs.put_raw(db, resp_body, digest):
-                    later.append((digest, resp_body, None))
-                return digest
-            return blobs.put(db, resp_body, packer=self._packer)
+            return self._put_body(db, resp_body, later, compress_later)
 
         frames = ((f.offset_ns, len(f.data)) for f in resp.frames) if resp is not None else ()
         self._commit(exchange, redactions, put_response, frames, len(resp_body), compress_later,
@@ -592,13 +584,24 @@ class RunFile:
         added to ``later``); its hash, or None for a payload kept in its row."""
         if len(payload) < MESSAGE_INLINE_MAX:
             return None
-        if compress_later and len(payload) >= _COMPRESS_NOW:
-            digest = blobs.blob_hash(payload)
-            if blobs.put_raw(db, payload, digest):
-                later.append((digest, payload, None))
+        return self._put_body(db, payload, later, compress_later)
+
+    def _put_body(self, db: sqlite3.Connection, data: bytes,
+                  later: list[tuple[str, bytes, blobs.Reference | None]],
+                  compress_later: bool) -> str:
+        """Store a response body or a large message payload in the caller's
+        transaction; its hash. ``compress_later``: under ``_COMPRESS_NOW``
+        bytes compressed at once with the background packer (cheaper than a
+        later transaction), else committed raw and added to ``later``;
+        otherwise compressed now with this file's packer."""
+        if compress_later and len(data) < _COMPRESS_NOW:
+            return blobs.put(db, data, packer=self._background_packer)
+        if compress_later:
+            digest = blobs.blob_hash(data)
+            if blobs.put_raw(db, data, digest):
+                later.append((digest, data, None))
             return digest
-        return blobs.put(db, payload,
-                         packer=self._background_packer if compress_later else self._packer)
+        return blobs.put(db, data, packer=self._packer)
 
     def _defer_checkpoints(self) -> None:
         """From the first ``compress_later`` write on, checkpoints are the
