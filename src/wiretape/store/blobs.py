@@ -277,10 +277,10 @@ class Packer:
         self._level = level
         self._local = threading.local()
         self._lock = threading.Lock()
-        #: the body last given to :meth:`prepare`, with its chain's depth as stored
+        #: the body last given to :meth:`prepare`, with its chain's depth as
+        #: stored (at ``MAX_REF_DEPTH``: the next body starts a new chain);
+        #: None when it is too small to pack against
         self._prepared: Reference | None = None
-        #: that body's chain is at ``MAX_REF_DEPTH``: the next body starts a new one
-        self._chain_full = False
         #: the body last packed ahead, with the depth it was packed at (None:
         #: it was not packed; it is committed raw, its depth known later)
         self._ahead: Reference | None = None
@@ -315,12 +315,8 @@ class Packer:
         Cheap: keeps the bytes; a dictionary is made only for a body that
         is not a splice of them."""
         with self._lock:
-            if depth >= MAX_REF_DEPTH or len(data) < MIN_COMPRESS:
-                self._prepared = None
-                self._chain_full = depth >= MAX_REF_DEPTH
-            else:
-                self._prepared = Reference(digest, data, depth)
-                self._chain_full = False
+            self._prepared = (None if depth < MAX_REF_DEPTH and len(data) < MIN_COMPRESS
+                              else Reference(digest, data, depth))
             made = self._dictionary_made
             if made is not None and made[0] != digest:
                 self._dictionary_made = None  # (its memory: several times its body's)
@@ -340,20 +336,19 @@ class Packer:
         if len(data) < MIN_COMPRESS:
             return None
         with self._lock:
-            ref, chain_full, ahead = self._prepared, self._chain_full, self._ahead
+            ref, ahead = self._prepared, self._ahead
         if ahead is not None and ahead.digest != digest and (
-                ref is None or ahead.digest != ref.digest):
-            ref, chain_full = (None, True) if ahead.depth >= MAX_REF_DEPTH else (ahead, False)
-        packed = self._pack_ahead(data, digest, ref, chain_full)
+                ref is None or ref.depth >= MAX_REF_DEPTH or ahead.digest != ref.digest):
+            ref = ahead
+        packed = self._pack_ahead(data, digest, ref)
         with self._lock:  # the next body's reference, unless this one is not packed
             self._ahead = Reference(digest, data, packed.depth) if packed is not None else None
         return packed
 
-    def _pack_ahead(self, data: bytes, digest: str, ref: Reference | None,
-                    chain_full: bool) -> Packed | None:
+    def _pack_ahead(self, data: bytes, digest: str, ref: Reference | None) -> Packed | None:
         if ref is None:
-            if not chain_full:
-                return None
+            return None
+        if ref.depth >= MAX_REF_DEPTH:  # its chain is full: this body starts a new one
             payload = self._plain().compress(data)
             return Packed(digest, len(data), "zstd", None, 0, payload) if len(
                 payload) < len(data) else None
