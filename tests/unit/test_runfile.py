@@ -4,6 +4,7 @@ versions and migrations, damaged input."""
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -318,6 +319,27 @@ def test_large_message_payloads_are_stored_compressed_and_read_back_identical(
     assert [(size, held) for size, held, _ in rows] == [
         (len(big), True), (len(big), True), (len(other), True), (len(small), False)]
     assert rows[0][2] == rows[1][2] != rows[2][2] and rows[3][2] is None  # stored once
+
+
+def test_a_session_s_payloads_are_read_when_its_exchange_is_reached(tmp_path: Path) -> None:
+    """Reading exchanges one by one (as export does) reads each session's
+    payloads when its exchange is built: a payload of the second session
+    that is not stored stops the reading there, after the first."""
+    first = _session(b"x" * 5120, b"ok")
+    second = replace(_session(b"y" * 5120, b"ok"), seq=1)
+    run = RunFile.create(tmp_path / "s.wtape", INFO)
+    run.write_exchange(first)
+    run.write_exchange(second)
+    run.close(compact=True)
+    db = sqlite3.connect(tmp_path / "s.wtape", isolation_level=None)
+    db.execute("UPDATE messages SET blob = 'ab' || substr(blob, 3) WHERE seq = 1 AND idx = 0")
+    db.close()
+    with open_run(tmp_path / "s.wtape") as run_:
+        read = run_.iter_exchanges()
+        assert next(read) == first
+        with pytest.raises(RunFileError) as err:
+            next(read)
+    assert "message 0 of exchange 1: its payload is in the body 'ab" in str(err.value)
 
 
 @pytest.mark.parametrize(("edit", "said"), [

@@ -21,6 +21,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wiretape import commonbytes
 from wiretape.store import blobs, schema
 
 HEADER = struct.Struct(">4sBQQ")
@@ -65,15 +66,20 @@ def test_common_prefix_and_suffix_find_the_first_difference(length: int) -> None
     for at in sorted({0, length // 2, length}):
         changed = bytearray(base)
         changed[at] ^= 0xFF
-        assert blobs.common_prefix(base, bytes(changed)) == at
+        assert commonbytes.common_prefix(base, bytes(changed)) == at
         end = len(base) - 1 - at
         changed = bytearray(base)
         changed[end] ^= 0xFF
-        assert blobs.common_suffix(base, bytes(changed)) == at
-    assert blobs.common_prefix(base, base) == blobs.common_suffix(base, base) == len(base)
-    assert blobs.common_prefix(base, base[:length]) == length  # one ends first
-    assert blobs.common_suffix(base, base[300:]) == length
-    assert blobs.common_prefix(base, base, limit=7) == min(7, len(base))
+        assert commonbytes.common_suffix(base, bytes(changed)) == at
+    assert commonbytes.common_prefix(base, base) == commonbytes.common_suffix(
+        base, base) == len(base)
+    assert commonbytes.common_prefix(base, base[:length]) == length  # one ends first
+    assert commonbytes.common_suffix(base, base[300:]) == length
+    assert commonbytes.common_prefix(base, base, limit=7) == min(7, len(base))
+    # within ranges: a[a0:] against b[b0:], and a[:a1] against b[:b1]
+    other = bytes(x ^ 0xFF for x in base[95:100]) + base[100:] + os.urandom(5)
+    assert commonbytes.common_prefix(base, other, 100, 5) == len(base) - 100
+    assert commonbytes.common_suffix(base, other, len(base), len(other) - 5) == len(base) - 100
 
 
 # --- round trips --------------------------------------------------------------------------------

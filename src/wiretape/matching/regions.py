@@ -1,9 +1,10 @@
 """Byte regions where two bodies differ, and their edit distance.
 
-Owns: the common prefix and suffix of two byte strings, the split of the
-differing middle into separate regions, regions that differ only in
-whitespace, and the Levenshtein distance. Knows nothing of JSON, HTTP,
-kinds or how a region is shown.
+Owns: the differing middle of two byte strings (between their common
+prefix and suffix, found by ``wiretape.commonbytes``), its split into
+separate regions, regions that differ only in whitespace, and the
+Levenshtein distance. Knows nothing of JSON, HTTP, kinds or how a region
+is shown.
 
 A region is a pair of half-open ranges, one in the recorded bytes and one
 in the live bytes; either range may be empty (an insertion or a deletion).
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 
 from rapidfuzz.distance import Levenshtein
+
+from wiretape.commonbytes import common_prefix, common_suffix
 
 #: Byte-level alignment (rapidfuzz opcodes, O(n*m/64)) is used on a region
 #: only when the product of its two lengths is at most this (~2 ms).
@@ -32,7 +35,6 @@ EDIT_DISTANCE_STEPS = (31, EDIT_DISTANCE_CAP)
 #: Bodies whose differing middles together exceed this get no edit distance.
 EDIT_DISTANCE_MAX_BYTES = 8 << 20
 
-_BLOCK = 4096
 #: JSON's insignificant whitespace (RFC 8259 §2), also HTTP's and most text's.
 _WHITESPACE = b" \t\r\n"
 _WHITESPACE_RUN = re.compile(rb"[" + _WHITESPACE + rb"]+")
@@ -62,44 +64,6 @@ class Region:
             min(self.live_start, other.live_start),
             max(self.live_end, other.live_end),
         )
-
-
-def common_prefix(a: bytes, b: bytes, a0: int = 0, b0: int = 0, limit: int | None = None) -> int:
-    """Length of the common prefix of ``a[a0:]`` and ``b[b0:]``, compared a
-    block at a time (a 1 MB body costs a few hundred slice comparisons)."""
-    n = min(len(a) - a0, len(b) - b0)
-    if limit is not None:
-        n = min(n, limit)
-    i, block = 0, _BLOCK
-    while i < n:
-        step = min(block, n - i)
-        if a[a0 + i : a0 + i + step] == b[b0 + i : b0 + i + step]:
-            i += step
-            block *= 2
-        elif step > 16:
-            block = step // 2
-        else:
-            while i < n and a[a0 + i] == b[b0 + i]:
-                i += 1
-            break
-    return i
-
-
-def common_suffix(a: bytes, b: bytes, a1: int, b1: int, limit: int) -> int:
-    """Length of the common suffix of ``a[:a1]`` and ``b[:b1]``, at most ``limit``."""
-    i, block = 0, _BLOCK
-    while i < limit:
-        step = min(block, limit - i)
-        if a[a1 - i - step : a1 - i] == b[b1 - i - step : b1 - i]:
-            i += step
-            block *= 2
-        elif step > 16:
-            block = step // 2
-        else:
-            while i < limit and a[a1 - i - 1] == b[b1 - i - 1]:
-                i += 1
-            break
-    return i
 
 
 def differing_region(a: bytes, b: bytes, within: Region | None = None) -> Region | None:

@@ -49,6 +49,8 @@ from dataclasses import dataclass
 
 import zstandard
 
+from wiretape.commonbytes import common_prefix, common_suffix
+
 MAX_REF_DEPTH = 32
 MIN_COMPRESS = 64  # bytes; below this zstd framing costs more than it saves
 #: The largest body read back (uncompressed bytes): above a snapshot's whole
@@ -93,9 +95,6 @@ _SPLICE = struct.Struct(">4sBQQ")
 _SPLICE_MAGIC = b"WTS1"
 _MIDDLE_RAW = 0
 _MIDDLE_ZSTD = 1
-#: The first block (bytes) compared when looking for a common start or end;
-#: each block that matches doubles the next, so a long match costs few steps.
-_BLOCK = 4096
 
 
 def blob_hash(data: bytes) -> str:
@@ -265,55 +264,6 @@ class Reference:
     depth: int
 
 
-def common_prefix(a: bytes, b: bytes, limit: int | None = None) -> int:
-    """The length (bytes) of the longest common start of ``a`` and ``b``,
-    at most ``limit``. Linear in that length, in C-speed comparisons: blocks
-    from ``_BLOCK`` bytes, doubling while they match, then halving within
-    the first block that does not."""
-    n = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
-    view = memoryview(b)
-    i, step = 0, _BLOCK
-    while i < n:
-        k = min(step, n - i)
-        if a.startswith(view[i:i + k], i):
-            i += k
-            step *= 2
-            continue
-        while k > 1:  # they differ within [i, i + k)
-            half = k // 2
-            if a.startswith(view[i:i + half], i):
-                i += half
-                k -= half
-            else:
-                k = half
-        return i
-    return n
-
-
-def common_suffix(a: bytes, b: bytes, limit: int | None = None) -> int:
-    """The length (bytes) of the longest common end of ``a`` and ``b``, at
-    most ``limit``; as :func:`common_prefix`, from the end."""
-    n = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
-    view = memoryview(b)
-    la, lb = len(a), len(b)
-    j, step = 0, _BLOCK  # a[la - j:] == b[lb - j:]
-    while j < n:
-        k = min(step, n - j)
-        if a.startswith(view[lb - j - k:lb - j], la - j - k):
-            j += k
-            step *= 2
-            continue
-        while k > 1:  # they differ within the k bytes before the matched end
-            half = k // 2
-            if a.startswith(view[lb - j - half:lb - j], la - j - half):
-                j += half
-                k -= half
-            else:
-                k = half
-        return j
-    return n
-
-
 class Packer:
     """Compresses bodies: spliced from a reference body when it covers most
     of them, else zstd against the reference's bytes as a dictionary, else
@@ -327,10 +277,10 @@ class Packer:
         self._level = level
         self._local = threading.local()
         self._lock = threading.Lock()
-        #: the body last given to :meth:`prepare`, with its chain's depth as stored
+        #: the body last given to :meth:`prepare`, with its chain's depth as
+        #: stored (at ``MAX_REF_DEPTH``: the next body starts a new chain);
+        #: None when it is too small to pack against
         self._prepared: Reference | None = None
-        #: that body's chain is at ``MAX_REF_DEPTH``: the next body starts a new one
-        self._chain_full = False
         #: the body last packed ahead, with the depth it was packed at (None:
         #: it was not packed; it is committed raw, its depth known later)
         self._ahead: Reference | None = None
@@ -365,12 +315,8 @@ class Packer:
         Cheap: keeps the bytes; a dictionary is made only for a body that
         is not a splice of them."""
         with self._lock:
-            if depth >= MAX_REF_DEPTH or len(data) < MIN_COMPRESS:
-                self._prepared = None
-                self._chain_full = depth >= MAX_REF_DEPTH
-            else:
-                self._prepared = Reference(digest, data, depth)
-                self._chain_full = False
+            self._prepared = (None if depth < MAX_REF_DEPTH and len(data) < MIN_COMPRESS
+                              else Reference(digest, data, depth))
             made = self._dictionary_made
             if made is not None and made[0] != digest:
                 self._dictionary_made = None  # (its memory: several times its body's)
@@ -390,20 +336,19 @@ class Packer:
         if len(data) < MIN_COMPRESS:
             return None
         with self._lock:
-            ref, chain_full, ahead = self._prepared, self._chain_full, self._ahead
+            ref, ahead = self._prepared, self._ahead
         if ahead is not None and ahead.digest != digest and (
-                ref is None or ahead.digest != ref.digest):
-            ref, chain_full = (None, True) if ahead.depth >= MAX_REF_DEPTH else (ahead, False)
-        packed = self._pack_ahead(data, digest, ref, chain_full)
+                ref is None or ref.depth >= MAX_REF_DEPTH or ahead.digest != ref.digest):
+            ref = ahead
+        packed = self._pack_ahead(data, digest, ref)
         with self._lock:  # the next body's reference, unless this one is not packed
             self._ahead = Reference(digest, data, packed.depth) if packed is not None else None
         return packed
 
-    def _pack_ahead(self, data: bytes, digest: str, ref: Reference | None,
-                    chain_full: bool) -> Packed | None:
+    def _pack_ahead(self, data: bytes, digest: str, ref: Reference | None) -> Packed | None:
         if ref is None:
-            if not chain_full:
-                return None
+            return None
+        if ref.depth >= MAX_REF_DEPTH:  # its chain is full: this body starts a new one
             payload = self._plain().compress(data)
             return Packed(digest, len(data), "zstd", None, 0, payload) if len(
                 payload) < len(data) else None
@@ -454,7 +399,7 @@ class Packer:
         prefix = common_prefix(ref.data, data)
         if prefix == len(data) == len(ref.data):
             return None
-        suffix = common_suffix(ref.data, data, min(len(ref.data), len(data)) - prefix)
+        suffix = common_suffix(ref.data, data, limit=min(len(ref.data), len(data)) - prefix)
         middle = len(data) - prefix - suffix
         if middle * _SPLICE_SHARE > len(data):
             return None

@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast, get_type_hints
@@ -545,15 +545,7 @@ class RunFile:
                          later: list[tuple[str, bytes, blobs.Reference | None]]) -> str | None:
             if resp is None:
                 return None
-            if compress_later and len(resp_body) < _COMPRESS_NOW:
-                # small: compressed at once costs less than a later transaction
-                return blobs.put(db, resp_body, packer=self._background_packer)
-            if compress_later:
-                digest = blobs.blob_hash(resp_body)
-                if blobs.put_raw(db, resp_body, digest):
-                    later.append((digest, resp_body, None))
-                return digest
-            return blobs.put(db, resp_body, packer=self._packer)
+            return self._put_body(db, resp_body, later, compress_later)
 
         frames = ((f.offset_ns, len(f.data)) for f in resp.frames) if resp is not None else ()
         self._commit(exchange, redactions, put_response, frames, len(resp_body), compress_later,
@@ -592,13 +584,24 @@ class RunFile:
         added to ``later``); its hash, or None for a payload kept in its row."""
         if len(payload) < MESSAGE_INLINE_MAX:
             return None
-        if compress_later and len(payload) >= _COMPRESS_NOW:
-            digest = blobs.blob_hash(payload)
-            if blobs.put_raw(db, payload, digest):
-                later.append((digest, payload, None))
+        return self._put_body(db, payload, later, compress_later)
+
+    def _put_body(self, db: sqlite3.Connection, data: bytes,
+                  later: list[tuple[str, bytes, blobs.Reference | None]],
+                  compress_later: bool) -> str:
+        """Store a response body or a large message payload in the caller's
+        transaction; its hash. ``compress_later``: under ``_COMPRESS_NOW``
+        bytes compressed at once with the background packer (cheaper than a
+        later transaction), else committed raw and added to ``later``;
+        otherwise compressed now with this file's packer."""
+        if compress_later and len(data) < _COMPRESS_NOW:
+            return blobs.put(db, data, packer=self._background_packer)
+        if compress_later:
+            digest = blobs.blob_hash(data)
+            if blobs.put_raw(db, data, digest):
+                later.append((digest, data, None))
             return digest
-        return blobs.put(db, payload,
-                         packer=self._background_packer if compress_later else self._packer)
+        return blobs.put(db, data, packer=self._packer)
 
     def _defer_checkpoints(self) -> None:
         """From the first ``compress_later`` write on, checkpoints are the
@@ -813,31 +816,39 @@ class RunFile:
                     (shapes.integer(offset_ns, f"{what}: its time offset"),
                      shapes.integer(start, f"{what}: its start", 0),
                      shapes.integer(length, f"{what}: its length", 0)))
-            messages = self._messages()
+            messages = self._message_rows()
         for row in rows:
-            exchange = self._exchange_from_row(row, frames.get(row[0], []))
-            found = messages.get(exchange.seq)
-            yield exchange if found is None else replace(exchange, messages=tuple(found))
+            yield self._exchange_from_row(row, frames.get(row[0], []), messages.get(row[0], []))
 
-    def _messages(self) -> dict[int, list[Message]]:
-        """The WebSocket messages of every exchange that has any, by seq, in
-        order (the caller holds the lock), each payload read back within
-        the bounds of a body (``blobs.get``) and checked against its row's
-        size. Raises StoredValueError, BlobError."""
-        out: dict[int, list[Message]] = {}
-        for seq, idx, direction, opcode, offset_ns, size, inline, digest, code in self._db.execute(
+    def _message_rows(self) -> dict[int, list[Sequence[Any]]]:
+        """The rows of the WebSocket messages of every exchange that has
+        any, by seq, in order (the caller holds the lock); their payloads
+        are read when their exchange is built (:meth:`_messages`). Raises
+        StoredValueError."""
+        out: dict[int, list[Sequence[Any]]] = {}
+        for row in self._db.execute(
             "SELECT seq, idx, direction, opcode, offset_ns, size, payload, blob, close_code"
             " FROM messages ORDER BY seq, idx"
         ):
+            out.setdefault(shapes.integer(row[0], "a message's exchange"), []).append(row)
+        return out
+
+    def _messages(self, rows: list[Sequence[Any]]) -> tuple[Message, ...]:
+        """The messages of one exchange from their rows (the caller holds
+        the lock), each payload read back within the bounds of a body
+        (``blobs.get``) and checked against its row's size. Raises
+        StoredValueError, BlobError."""
+        out: list[Message] = []
+        for seq, idx, direction, opcode, offset_ns, size, inline, digest, code in rows:
             what = f"message {idx} of exchange {seq}"
             side = shapes.one_of(direction, ("client", "server"), f"{what}: its direction")
-            out.setdefault(shapes.integer(seq, "a message's exchange"), []).append(Message(
+            out.append(Message(
                 "client" if side == "client" else "server",
                 Opcode(shapes.one_of(opcode, _OPCODES, f"{what}: its opcode")),
                 self._payload(what, size, inline, digest),
                 shapes.integer(offset_ns, f"{what}: its time offset"),
                 shapes.optional_integer(code, f"{what}: its close code", 0, 4999)))
-        return out
+        return tuple(out)
 
     def _payload(self, what: str, size: object, inline: object, digest: object) -> bytes:
         """A message's payload as its row gives it: in the row, or in the
@@ -862,10 +873,12 @@ class RunFile:
         return payload
 
     def _exchange_from_row(
-        self, row: Sequence[Any], frame_rows: list[tuple[int, int, int]]
+        self, row: Sequence[Any], frame_rows: list[tuple[int, int, int]],
+        message_rows: list[Sequence[Any]],
     ) -> Exchange:
         # ``row`` is a row of the exchanges table as SQLite gives it (Any):
-        # a damaged or hostile file may hold any type in any column.
+        # a damaged or hostile file may hold any type in any column; so are
+        # ``message_rows``, its rows of the messages table.
         (seq, conn, origin, started, method, target, version, req_headers, req_blob, status,
          reason, resp_version, resp_headers, resp_blob, ending, ttfb, duration, error) = row
         seq = shapes.integer(seq, "an exchange's sequence number", 0)
@@ -891,6 +904,7 @@ class RunFile:
                     http_version=(shapes.optional_blob(resp_version, f"{what}: its response "
                                                                       "version") or b"1.1"),
                 )
+            messages = self._messages(message_rows)
         return Exchange(
             seq=seq,
             connection_id=shapes.integer(conn, f"{what}: its connection"),
@@ -908,6 +922,7 @@ class RunFile:
             ttfb_ns=shapes.optional_integer(ttfb, f"{what}: its time to first byte"),
             duration_ns=shapes.integer(duration, f"{what}: its duration"),
             error=shapes.optional_text(error, f"{what}: its error"),
+            messages=messages,
         )
 
     @_damage_is_an_input_error
