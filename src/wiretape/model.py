@@ -24,6 +24,26 @@ Headers = tuple[Header, ...]
 
 
 
+#: The origin of an exchange made by one of the agent's tools (``--tools``),
+#: not by its model client: ``tool:`` and the URL's scheme and authority.
+TOOL_ORIGIN_PREFIX = "tool:"
+#: The origin of a stdio MCP server's session (``wiretape mcp``): ``mcp:`` and
+#: the server's name.
+MCP_ORIGIN_PREFIX = "mcp:"
+ExchangeKind: TypeAlias = Literal["model", "tool", "mcp"]
+
+
+def exchange_kind(origin: str) -> ExchangeKind:
+    """``model`` for an exchange with a model provider (an origin of the run's
+    table), ``tool`` for one a tool made (``tool:`` origin), ``mcp`` for a
+    stdio MCP session (``mcp:`` origin)."""
+    if origin.startswith(TOOL_ORIGIN_PREFIX):
+        return "tool"
+    if origin.startswith(MCP_ORIGIN_PREFIX):
+        return "mcp"
+    return "model"
+
+
 class Ending(enum.StrEnum):
     """How a recorded exchange ended (DESIGN.md, "The run file")."""
 
@@ -157,6 +177,11 @@ class Exchange:
     error: str | None = None
     #: the WebSocket messages after a 101 answer to an upgrade, in order
     messages: tuple[Message, ...] = ()
+
+    @property
+    def kind(self) -> ExchangeKind:
+        """What the exchange was for, read from its origin (``exchange_kind``)."""
+        return exchange_kind(self.origin)
 
     @property
     def answered_by_wiretape(self) -> bool:
