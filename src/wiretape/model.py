@@ -442,6 +442,9 @@ class RequestDetail(TypedDict):
     not_allowed: NotRequired[list[str]]
     #: the first difference no learned rule explains (a diverged request)
     unexplained: NotRequired[str]
+    #: the tool origin the request was made to (``tool:https://host``),
+    #: for a tool exchange's request (``--tools``) only
+    origin: NotRequired[str]
     #: a WebSocket session served after this handshake: its messages' decisions
     messages: NotRequired[MessagesJSON]
 

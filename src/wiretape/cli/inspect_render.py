@@ -17,8 +17,8 @@ from wiretape.cli.render import printable as _p
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
 from wiretape.inspect.summary import message_summary
-from wiretape.inspect.timeline import TimelineRow, excerpt
-from wiretape.model import Exchange, RunInfo
+from wiretape.inspect.timeline import TimelineRow, excerpt, tool_url
+from wiretape.model import TOOL_ORIGIN_PREFIX, Exchange, RunInfo
 
 #: How a line is styled: ``click.style``, or ``render.Escaped().style``.
 Style = Callable[..., str]
@@ -55,7 +55,10 @@ def run_heading(info: RunInfo, path: str) -> list[str]:
 
 def timeline_rows(rows: Sequence[TimelineRow]) -> list[list[str]]:
     return [[_p(cell) for cell in (
-        str(r.seq), f"+{ms(r.offset_ns)}", r.method, _clip(r.target, 32),
+        str(r.seq), f"+{ms(r.offset_ns)}", r.method,
+        # A tool exchange (``--tools``) is marked, and named by its whole URL.
+        _clip(f"tool {tool_url(r.origin, r.target)}", 56)
+        if r.origin.startswith(TOOL_ORIGIN_PREFIX) else _clip(r.target, 32),
         str(r.status) if r.status is not None else "-", _clip(r.model or "-", 26),
         ms(r.ttfb_ns), ms(r.duration_ns), str(r.frames), human_bytes(r.bytes) if r.status else "-",
         "yes" if r.streamed else "no", r.ending, r.stop_reason or "-", _tokens(r),
@@ -69,12 +72,16 @@ def ledger_lines(ledger: Ledger, style: Style = click.style) -> list[str]:
             f"{len(ledger.pending)} pending)")
     lines = [style(head, bold=True)]
     if ledger.entries:
+        # The tool exchanges a call made (``--tools``), when any was recorded.
+        made = any(e.made for e in ledger.entries)
         rows = [[_p(cell) for cell in (
                     e.call_id, e.name, _clip(e.arguments, 40), f"#{e.issued_in}",
+                    *([_clip("; ".join(e.made) or "-", 60)] if made else []),
                     e.status + (f" in #{e.answered_in}" if e.answered_in is not None else ""),
                     _clip(e.result or "-", 40))] for e in ledger.entries]
-        lines += ["  " + line for line in table(rows, ["call id", "tool", "arguments", "issued in",
-                                                       "status", "result"])]
+        lines += ["  " + line for line in table(rows, [
+            "call id", "tool", "arguments", "issued in", *(["made"] if made else []),
+            "status", "result"])]
     for seq, call_id, name in ledger.unmatched_results:
         lines.append(f"  result in #{seq} for {_p(call_id)} ({_p(name or '?')}): no recorded "
                      "response issued that call")

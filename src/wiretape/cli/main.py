@@ -134,18 +134,36 @@ def _intercept_options(command: C) -> C:
     return command
 
 
+def _tools_options(command: C) -> C:
+    """The tool-fixture options of record (``--tools``)."""
+    for option in reversed((
+        click.option("--tools", is_flag=True,
+                     help="Record the agent's own HTTP and HTTPS traffic too (what its tools "
+                          "fetch), as tool exchanges a replay serves back; implies --intercept. "
+                          "Records more of your traffic: off by default."),
+        click.option("--tools-except", "tools_except", multiple=True, metavar="HOST",
+                     help="Leave HOST out of --tools: the agent reaches it directly, when "
+                          "recording and when replaying (a local service the test provides "
+                          "itself). Repeatable."),
+    )):
+        command = option(command)
+    return command
+
+
 def _intercept_arguments(intercept: bool, hosts: tuple[str, ...], upstream_ca: Path | None,
-                         resolve: tuple[str, ...], upstreams: tuple[str, ...]
+                         resolve: tuple[str, ...], upstreams: tuple[str, ...],
+                         tools: bool = False, tools_except: tuple[str, ...] = (),
                          ) -> InterceptionArguments:
     from wiretape.launch.intercept import interception_settings
 
-    if hosts and not intercept:
+    if hosts and not (intercept or tools):
         raise UsageError("--intercept-host needs --intercept")
-    if intercept and upstreams:
-        raise UsageError("--upstream and --intercept exclude each other: with --intercept the "
-                         "agent keeps its own origins (use --resolve HOST=IP:PORT to reach one "
-                         "elsewhere)")
-    return interception_settings(hosts if intercept else None, upstream_ca, resolve)
+    if (intercept or tools) and upstreams:
+        raise UsageError(f"--upstream and {'--tools' if tools else '--intercept'} exclude each "
+                         "other: with --intercept the agent keeps its own origins (use "
+                         "--resolve HOST=IP:PORT to reach one elsewhere)")
+    return interception_settings(hosts if intercept or tools else None, upstream_ca, resolve,
+                                 tools=tools, tools_except=tools_except)
 
 
 @cli.command()
@@ -178,12 +196,14 @@ def _intercept_arguments(intercept: bool, hosts: tuple[str, ...], upstream_ca: P
                    "secrets).")
 @_allow_option
 @_intercept_options
+@_tools_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...], max_body: int,
            snapshot_paths: tuple[str, ...], no_snapshot: bool, snapshot_max: int,
            snapshot_include: tuple[str, ...], snapshot_binary: bool, allow: tuple[str, ...],
            intercept: bool, intercept_hosts: tuple[str, ...], upstream_ca: Path | None,
-           resolve: tuple[str, ...], command: tuple[str, ...]) -> None:
+           resolve: tuple[str, ...], tools: bool, tools_except: tuple[str, ...],
+           command: tuple[str, ...]) -> None:
     """Run COMMAND with its provider base URLs pointed at a recording proxy
     (with --intercept: with HTTPS_PROXY and a CA bundle instead).
 
@@ -201,6 +221,7 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
       wiretape record -- python -m wiretape.examples.tool_agent "What is in notes.txt?"
       wiretape record --upstream custom=http://127.0.0.1:9000/v1 --port 8089 -- nanobot agent -m hi
       wiretape record --intercept -- python my_agent.py
+      wiretape record --tools -- python my_agent.py
     """
     import asyncio
 
@@ -223,7 +244,8 @@ def record(out: Path | None, upstreams: tuple[str, ...], ports: tuple[str, ...],
             snapshot_max=snapshot_max,
             snapshot_policy=SnapshotPolicy(include=snapshot_include, binary=snapshot_binary),
             allow=sorted(_allowances(allow)),
-            **_intercept_arguments(intercept, intercept_hosts, upstream_ca, resolve, upstreams),
+            **_intercept_arguments(intercept, intercept_hosts, upstream_ca, resolve, upstreams,
+                                   tools, tools_except),
         )
     )
     for line in render.record_summary(result):

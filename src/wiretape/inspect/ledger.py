@@ -39,6 +39,9 @@ class LedgerEntryJSON(TypedDict):
     result: str | None
     kind: str
     status: Literal["pending", "completed"]
+    #: the tool exchanges (``--tools``) made while the call was open, each
+    #: ``#SEQ METHOD URL``
+    made: list[str]
 
 
 class UnmatchedResultJSON(TypedDict):
@@ -67,6 +70,10 @@ class LedgerEntry:
     answered_in: int | None
     result: str | None = None
     kind: str = "function"
+    #: the tool exchanges (``--tools``) recorded while the call was open
+    #: (after the response that issued it, before the request that carried
+    #: its result), each ``#SEQ METHOD URL``
+    made: tuple[str, ...] = ()
 
     @property
     def status(self) -> Literal["pending", "completed"]:
@@ -75,7 +82,8 @@ class LedgerEntry:
     def to_json(self) -> LedgerEntryJSON:
         return {"call_id": self.call_id, "name": self.name, "arguments": self.arguments,
                 "issued_in": self.issued_in, "answered_in": self.answered_in,
-                "result": self.result, "kind": self.kind, "status": self.status}
+                "result": self.result, "kind": self.kind, "status": self.status,
+                "made": list(self.made)}
 
 
 @dataclass(frozen=True)
@@ -124,9 +132,12 @@ def _after(seq: int, view: ExchangeView, issued_in: int) -> bool:
     return seq > issued_in or (seq == issued_in and view.session)
 
 
-def build_ledger(views: Sequence[tuple[int, ExchangeView]]) -> Ledger:
-    """The ledger of a run from its exchanges' views, as (seq, view) in
-    sequence order.
+def build_ledger(views: Sequence[tuple[int, ExchangeView]],
+                 tools: Sequence[tuple[int, str]] = ()) -> Ledger:
+    """The ledger of a run from its model exchanges' views, as (seq, view)
+    in sequence order; ``tools``: its tool exchanges (``--tools``) as (seq,
+    ``METHOD URL``), each listed with the calls open when it was made (its
+    seq after the call's issuing exchange, before the one answering it).
 
     Calls are paired with their results by id; a call not answered by id
     (its format gave it none, as Gemini's, whose client then names the
@@ -171,8 +182,10 @@ def build_ledger(views: Sequence[tuple[int, ExchangeView]]) -> Ledger:
                 if len(found) >= wanted:
                     rid, result = found[wanted - 1]
                     paired_by_name.add(rid)
+        made = tuple(f"#{t} {label}" for t, label in tools
+                     if t > seq and (answered_in is None or t < answered_in))
         entries.append(LedgerEntry(call_id, call.name, call.arguments, seq, answered_in,
-                                   result, call.kind))
+                                   result, call.kind, made))
     unmatched: dict[str, tuple[int, str, str | None]] = {}
     for seq, view in views:
         for rid, rname in view.tool_results:

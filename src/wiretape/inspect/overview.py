@@ -12,7 +12,7 @@ from pathlib import Path
 
 from wiretape.inspect.formats import ExchangeView, read_exchange
 from wiretape.inspect.ledger import Ledger, build_ledger
-from wiretape.inspect.timeline import TimelineRow, timeline
+from wiretape.inspect.timeline import TimelineRow, timeline, tool_label
 from wiretape.inspect.verdicts import verdict_of
 from wiretape.model import Exchange, RunInfo
 from wiretape.playback.verdict import Verdict
@@ -42,6 +42,10 @@ def overview(path: Path, advance: Callable[[], None] = lambda: None,
             views.append((exchange.seq, read_exchange(exchange)))
             advance()
         verdicts = [v for v in (verdict_of(run, r["id"]) for r in run.replays()) if v is not None]
+    kinds = {e.seq: e.kind for e in exchanges}
     return RunOverview(path, info, tuple(exchanges), dict(views),
-                       tuple(timeline(info, exchanges, views)), build_ledger(views),
+                       tuple(timeline(info, exchanges, views)),
+                       build_ledger([(seq, v) for seq, v in views if kinds[seq] == "model"],
+                                    [(e.seq, tool_label(e)) for e in exchanges
+                                     if e.kind == "tool"]),
                        tuple(verdicts))

@@ -23,10 +23,11 @@ from wiretape import __version__
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
 from wiretape.inspect.summary import message_summary
-from wiretape.inspect.timeline import TimelineRow
-from wiretape.model import COMPARED_FACETS, ReplayRow, RunInfo, facets
+from wiretape.inspect.timeline import TimelineRow, tool_url
+from wiretape.model import COMPARED_FACETS, TOOL_ORIGIN_PREFIX, ReplayRow, RunInfo, facets
 from wiretape.model import Message as WsMessage
 from wiretape.playback.messages import message_label
+from wiretape.playback.text import row_label
 from wiretape.playback.verdict import Verdict
 from wiretape.printable import printable
 from wiretape.redaction import redact_str
@@ -123,8 +124,8 @@ def waterfall(rows: Sequence[TimelineRow],
         ttfb = r.ttfb_ns if r.ttfb_ns is not None else r.duration_ns
         left, wait = 100 * (r.offset_ns - first) / span, 100 * ttfb / span
         stream = 100 * max(r.duration_ns - ttfb, 0) / span
-        label = f"#{r.seq} {r.model or r.method + ' ' + r.target}"
-        title = (f"#{r.seq} {r.method} {r.target}: starts +{_ms(r.offset_ns)}, first byte after "
+        label = f"#{r.seq} {r.model or _request_of(r)}"
+        title = (f"#{r.seq} {_request_of(r)}: starts +{_ms(r.offset_ns)}, first byte after "
                  f"{_ms(r.ttfb_ns)}, done after {_ms(r.duration_ns)}, {r.frames} frames")
         out.append(
             f'<div class="wf-row link" data-goto="{r.seq}" data-seq="{r.seq}" title="{_e(title)}">'
@@ -144,15 +145,20 @@ def waterfall(rows: Sequence[TimelineRow],
 def ledger_table(ledger: Ledger) -> str:
     if not ledger.entries:
         return '<p class="muted">The model asked for no tool call.</p>'
+    # The tool exchanges each call made (``--tools``), when any was recorded.
+    made = any(e.made for e in ledger.entries)
     head = ("<table><thead><tr><th>call id</th><th>tool</th><th>arguments</th><th>issued in</th>"
-            "<th>status</th><th>result</th></tr></thead><tbody>")
+            + ("<th>tool exchanges</th>" if made else "")
+            + "<th>status</th><th>result</th></tr></thead><tbody>")
     body = []
     for e in ledger.entries:
         answered = f" in #{e.answered_in}" if e.answered_in is not None else ""
+        cell = ('<td class="mono">' + "<br>".join(_e(m) for m in e.made) + "</td>"
+                if made else "")
         body.append(
             f'<tr class="link" data-goto="{e.issued_in}" data-call="{_e(e.call_id)}">'
             f'<td class="mono">{_e(e.call_id)}</td><td class="mono">{_e(e.name)}</td>'
-            f'<td class="mono">{_e(e.arguments[:300])}</td><td>#{e.issued_in}</td>'
+            f'<td class="mono">{_e(e.arguments[:300])}</td><td>#{e.issued_in}</td>{cell}'
             f'<td><span class="badge {e.status}">{e.status}</span>{_e(answered)}</td>'
             f'<td>{_e(e.result or "")}</td></tr>')
     notes = "".join(
@@ -206,7 +212,7 @@ def conversation(rows: Sequence[TimelineRow], views: Mapping[int, ExchangeView],
         view = views[r.seq]
         skipped, msgs = _new_messages(previous, view)
         parts = [(f'<div class="exchange" id="exchange-{r.seq}" data-seq="{r.seq}">'
-                  f"<h3>#{r.seq} <span class=\"mono\">{_e(r.method)} {_e(r.target)}</span> "
+                  f"<h3>#{r.seq} <span class=\"mono\">{_e(_request_of(r))}</span> "
                   f'<span class="muted">{_e(r.model or "")} · {_e(r.status or r.ending)} · '
                   f"+{_e(_ms(r.offset_ns))}</span></h3>")]
         if view.request.system and view.request.system != system:
@@ -247,13 +253,20 @@ def conversation(rows: Sequence[TimelineRow], views: Mapping[int, ExchangeView],
     return "\n".join(out) or '<p class="muted">No exchange was recorded.</p>'
 
 
+def _request_of(r: TimelineRow) -> str:
+    """``POST /v1/chat``, or for a tool exchange (``--tools``) ``tool GET
+    https://docs.example.com/page``."""
+    if r.origin.startswith(TOOL_ORIGIN_PREFIX):
+        return f"tool {r.method} {tool_url(r.origin, r.target)}"
+    return f"{r.method} {r.target}"
+
+
 def _divergence(row: ReplayRow) -> str:
     kind = str(row.get("kind"))
     detail = row.get("detail") or {}
     where = f"recorded #{row['seq']}" if row.get("seq") is not None else "no recorded counterpart"
     out = [(f'<div class="divergence" data-kind="{_e(kind)}"><h4><span class="badge {_e(kind)}">'
-            f'{_e(kind)}</span> request {_e(row.get("index"))} {_e(row.get("method"))} '
-            f'{_e(row.get("target"))} <span class="muted">({_e(where)}, '
+            f'{_e(kind)}</span> {_e(row_label(row))} <span class="muted">({_e(where)}, '
             f'{"served" if row.get("served") else "rejected"})</span></h4>')]
     explanation = detail.get("explanation")
     if explanation:

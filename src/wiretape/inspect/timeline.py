@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from wiretape.inspect.formats import ExchangeView
-from wiretape.model import Exchange, RunInfo, header_value
+from wiretape.model import TOOL_ORIGIN_PREFIX, Exchange, RunInfo, header_value
 
 _EXCERPT = 80
 
@@ -80,6 +80,19 @@ class TimelineRow:
             "total_tokens": self.total_tokens, "excerpt": self.excerpt,
             "tool_calls": list(self.tool_calls), "error": self.error,
         }
+
+
+def tool_label(exchange: Exchange) -> str:
+    """A tool exchange (``--tools``) named by its method and URL:
+    ``GET https://docs.example.com/page``."""
+    return (f"{exchange.request.method.decode('latin-1')} "
+            f"{tool_url(exchange.origin, exchange.request.target.decode('latin-1'))}")
+
+
+def tool_url(origin: str, target: str) -> str:
+    """A tool exchange's URL: its origin's (``tool:https://host``) and its
+    target."""
+    return origin.removeprefix(TOOL_ORIGIN_PREFIX) + target
 
 
 def excerpt(text: str, n: int = _EXCERPT) -> str:

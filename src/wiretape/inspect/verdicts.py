@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wiretape.inspect.summary import request_summary
+from wiretape.model import TOOL_ORIGIN_PREFIX, exchange_kind
 from wiretape.playback.verdict import ExchangeSummary, Verdict, compute
 from wiretape.store.runfile import RunFile
 
@@ -29,10 +30,13 @@ def verdict_of(run: RunFile, replay_id: str | None = None, *,
     info = run.info()
     rows = run.replay_requests(chosen["id"])
     exchanges = run.exchanges()
-    seqs = [e.seq for e in exchanges]
+    # The model exchanges are counted as ever; the tool exchanges
+    # (``--tools``) on a line of their own.
+    seqs = [e.seq for e in exchanges if e.kind == "model"]
+    tool_seqs = [e.seq for e in exchanges if e.kind == "tool"]
     describe: dict[int, ExchangeSummary] = {
         e.seq: {"method": e.request.method.decode("latin-1"),
-                "target": e.request.target.decode("latin-1"),
+                "target": _shown_target(e.origin, e.request.target.decode("latin-1")),
                 "summary": request_summary(e.request)}
         for e in exchanges
     }
@@ -41,5 +45,13 @@ def verdict_of(run: RunFile, replay_id: str | None = None, *,
         complete=chosen["ended_at_ns"] is not None, recorded_seqs=seqs, rows=rows,
         allow_substitutions=bool(chosen["settings"].get("allow_substitutions")),
         outcome=chosen["outcome"] or {}, describe=describe,
-        allow=chosen["settings"].get("allow", []),
+        allow=chosen["settings"].get("allow", []), tool_seqs=tool_seqs,
     )
+
+
+def _shown_target(origin: str, target: str) -> str:
+    """A tool exchange's target after its origin's URL (``https://host/page``);
+    any other's as it is."""
+    if exchange_kind(origin) != "tool":
+        return target
+    return origin.removeprefix(TOOL_ORIGIN_PREFIX) + target

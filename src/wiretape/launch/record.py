@@ -35,6 +35,8 @@ from wiretape.launch.intercept import (
     intercept_hosts,
     plain_http_refusal,
     proxy_environment,
+    tool_http_handler,
+    tools_extra,
 )
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins
 from wiretape.limits import spool_bytes, ws_close_timeout
@@ -180,7 +182,11 @@ async def record(
 
     ``intercept``: listen as a forward proxy instead (one port: ``--port N``)
     and terminate TLS for the provider hosts with a CA made for this run;
-    the child gets ``HTTPS_PROXY`` and a CA bundle, not base URLs.
+    the child gets ``HTTPS_PROXY`` and a CA bundle, not base URLs. With
+    its ``tools``, every other host's HTTPS (and plain HTTP through
+    ``HTTP_PROXY``) is recorded too, as tool exchanges (origin
+    ``tool:scheme://host[:port]``), but for its ``tools_except`` hosts,
+    which the child reaches directly.
     ``upstream_options``: extra CA and address overrides for reaching origins.
     ``on_environment`` is called with the variables set for the agent (name
     to value) once the proxy listens, for an agent started by someone else.
@@ -382,7 +388,8 @@ async def _prepare_record(
     info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=tuple(argv or ()), cwd=cwd,
                    env_names=tuple(sorted(names)), origins=tuple(origins),
                    started_at_ns=time.time_ns(), mode="record" if argv is not None else "serve",
-                   extra=trust.here(), allow=tuple(sorted(set(allow))),
+                   extra={**trust.here(), **tools_extra(intercept)},
+                   allow=tuple(sorted(set(allow))),
                    credential_env=tuple(credentials))
     run = _create_run(path, redact_info(info, rules, facts))
     stack.callback(run.close, compact=True)
@@ -479,13 +486,19 @@ async def _listen_record(
         lambda name, authority, conn_id: handler_for(name, f"https://{authority}", conn_id),
         tunnel=True, next_connection_id=listeners.next_connection_id,
         resolve=upstream_options.resolve, max_body=listeners.max_body,
-        on_refused=listeners.note_refused, on_change=store_report)
-    port = await listeners.listen(forward_proxy_port(ports),
-                                  lambda _id: plain_http_refusal(
-                                      plain_error, listeners.note_refused),
-                                  connect=connect)
+        on_refused=listeners.note_refused, on_change=store_report,
+        tools=intercept.tools, tools_except=intercept.tools_except)
+
+    def plain_http(conn_id: int) -> Handler:
+        if not intercept.tools:
+            return plain_http_refusal(plain_error, listeners.note_refused)
+        return tool_http_handler(lambda name, upstream: handler_for(name, upstream, conn_id),
+                                 intercept.tools_except, plain_error, listeners.note_refused)
+
+    port = await listeners.listen(forward_proxy_port(ports), plain_http, connect=connect)
     origins = [Origin(name, f"https://{host}", port, ()) for host, name in hosts.items()]
-    env, names = proxy_environment(os.environ, port, interception.bundle)
+    env, names = proxy_environment(os.environ, port, interception.bundle,
+                                   intercept.tools_except)
     return connect, origins, env, names
 
 

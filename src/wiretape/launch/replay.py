@@ -28,10 +28,13 @@ from wiretape.launch import config, isolate
 from wiretape.launch.child import Child, Interrupts, resolve_command, run_child
 from wiretape.launch.intercept import (
     Interception,
+    InterceptSettings,
     forward_proxy_port,
     known_hosts,
     plain_http_refusal,
     proxy_environment,
+    recorded_tools,
+    tool_http_handler,
 )
 from wiretape.launch.origins import child_environment, key_placeholders, placeholder_note
 from wiretape.launch.sandbox import MAPPING_WARNING, Sandbox, files_facet, ignores, sweep_stale
@@ -53,7 +56,7 @@ from wiretape.playback.decide import Mode, Policy, Substitution
 from wiretape.playback.pacing import Pace
 from wiretape.playback.verdict import Verdict
 from wiretape.proxy.connect import ConnectProxy
-from wiretape.proxy.http1 import plain_error
+from wiretape.proxy.http1 import Handler, plain_error
 from wiretape.proxy.replay import Replayer
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
@@ -225,19 +228,29 @@ async def bind_forward_proxy(
     isolated: isolate.IsolatedLaunch | None,
 ) -> tuple[ConnectProxy, list[Origin]]:
     """Listen as the forward proxy of an intercepted run: the recorded
-    hosts answered from the tape, every other CONNECT refused. The port is
-    ``--port N`` or any free one (the child is told it). Raises PortInUse."""
+    hosts answered from the tape, every other CONNECT refused; a run
+    recorded with ``--tools`` answers every other host (but those it left
+    out) and plain-HTTP requests from its tool exchanges, never forwarding
+    one. The port is ``--port N`` or any free one (the child is told it).
+    Raises PortInUse."""
     names = {urlsplit(o.upstream).hostname or o.name: o.name for o in info.origins}
     hosts = {host: names.get(host, host) for host in (info.intercept or known_hosts())}
+    tools = recorded_tools(info.extra)
     connect = ConnectProxy(
         interception.ca, hosts, lambda name, _authority, conn_id: replayer.handler(name, conn_id),
         tunnel=False, next_connection_id=listeners.next_connection_id, max_body=settings.max_body,
-        on_refused=listeners.note_refused)
+        on_refused=listeners.note_refused, tools=tools is not None,
+        tools_except=tools.tools_except if tools is not None else ())
+
+    def plain_http(conn_id: int) -> Handler:
+        if tools is None:
+            return plain_http_refusal(plain_error, listeners.note_refused)
+        return tool_http_handler(lambda name, _upstream: replayer.handler(name, conn_id),
+                                 tools.tools_except, plain_error, listeners.note_refused)
+
     wanted = forward_proxy_port(settings.ports)
     sock = isolated.listen_sockets([wanted])[0] if isolated is not None else None
-    port = await listeners.listen(wanted, lambda _id: plain_http_refusal(
-                                              plain_error, listeners.note_refused), sock=sock,
-                                  connect=connect)
+    port = await listeners.listen(wanted, plain_http, sock=sock, connect=connect)
     origins = [Origin(o.name, o.upstream, port, ()) for o in info.origins]
     return connect, origins
 
@@ -312,18 +325,26 @@ def plan_launch(sandbox: Sandbox | None, settings: ReplaySettings, argv: Sequenc
 
 
 def isolation_facet(plan: LaunchPlan, settings: ReplaySettings,
-                    dns: Sequence[str]) -> IsolationFacet:
-    """What was and was not isolated, said plainly."""
+                    dns: Sequence[str], tools: InterceptSettings | None = None) -> IsolationFacet:
+    """What was and was not isolated, said plainly. ``tools``: the run's
+    ``--tools`` settings (its tools' requests are answered from it too)."""
     files = {"same-paths": "sandbox at the original paths",
              "mapped": "sandbox, paths mapped"}.get(plan.mode, "not isolated (no snapshot)")
+    left_out = (f" (but {', '.join(tools.tools_except)}, reached directly)"
+                if tools is not None and tools.tools_except else "")
     said = [
         f"files: {files}",
         "network: "
         + (
             "only loopback (--offline)"
+            + ("; the tools' HTTP(S) requests answered from the recording through the proxy"
+               if tools is not None else "")
             if settings.offline
             else "not isolated: the agent's own tools can reach the network; "
             "only provider calls are answered from the recording"
+            if tools is None
+            else "provider calls and the tools' HTTP(S) requests through the proxy are "
+            f"answered from the recording{left_out}; other traffic is not isolated"
         ),
         "clock: " + ("starts at the recorded time" if settings.clock_recorded else "real"),
     ]
@@ -665,8 +686,10 @@ async def _listen_replay(
     stack.push_async_callback(listeners.close)
     connect, origins = await bind_forward_proxy(listeners, interception, info, replayer,
                                                 settings, offline)
+    tools = recorded_tools(info.extra)
     env, set_names = proxy_environment(os.environ, origins[0].port if origins else 0,
-                                       interception.bundle)
+                                       interception.bundle,
+                                       tools.tools_except if tools is not None else ())
     return connect, origins, env, {name: env[name] for name in set_names}
 
 
@@ -742,7 +765,9 @@ async def _judge_replay(session: _Replay) -> None:
                 notes.append(f"wiretape: --outcome-ignore {pattern!r} matched no file the "
                              "agent changed (patterns match paths relative to a snapshotted "
                              "folder, e.g. '.cache/*')")
-    outcome["isolation"] = isolation_facet(launch, settings, dns)
+    outcome["isolation"] = isolation_facet(launch, settings, dns,
+                                           recorded_tools(info.extra)
+                                           if session.connect is not None else None)
     outcome["sandbox"] = {"same": None, "paths": launch.mode,
                           "notes": [*launch.notes, *notes, *run.replay_log_notes()],
                           "kept": str(sandbox.root) if sandbox and settings.keep else None}

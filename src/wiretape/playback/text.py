@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from wiretape.model import (
     COMPARED_FACETS,
+    TOOL_ORIGIN_PREFIX,
     ConnectReportJSON,
     ExplanationJSON,
     Facet,
     LearnedJSON,
     MessageDecisionJSON,
+    ReplayRow,
     RequestDetail,
     facets,
 )
@@ -58,8 +60,29 @@ def verdict_line(v: Verdict) -> str:
     return (
         f"wiretape: verdict {status}{extra} ({v.mode}): recorded {v.recorded}, exact {v.exact}, "
         f"substituted {v.substituted}, {equivalent}diverged {v.diverged}, missing {v.missing}, "
-        f"unused {v.unused}{_messages_part(v)}; outcome: {outcome}{tail}"
+        f"unused {v.unused}{_messages_part(v)}{_tools_part(v)}; outcome: {outcome}{tail}"
     )
+
+
+def _tools_part(v: Verdict) -> str:
+    """``; tools: exact N, ...`` when the run recorded tool exchanges or
+    the replay met tool requests (``--tools``): every count, always."""
+    t = v.tools
+    if t is None:
+        return ""
+    return (f"; tools: recorded {t.recorded}, exact {t.exact}, substituted {t.substituted}, "
+            f"equivalent {t.equivalent}, diverged {t.diverged}, missing {t.missing}, "
+            f"unused {t.unused}")
+
+
+def row_label(row: ReplayRow) -> str:
+    """How a replay row's request is named: ``request 3 POST /v1/chat``, or
+    for a tool's request ``tool request 4 GET https://docs.example.com/page``."""
+    origin = row.get("detail", {}).get("origin", "")
+    if origin.startswith(TOOL_ORIGIN_PREFIX):
+        return (f"tool request {row['index']} {row['method']} "
+                f"{origin.removeprefix(TOOL_ORIGIN_PREFIX)}{row['target']}")
+    return f"request {row['index']} {row['method']} {row['target']}"
 
 
 def _messages_part(v: Verdict) -> str:
@@ -249,15 +272,15 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
         if kind == "exact":
             messages = _message_lines(row.get("detail", {}), style, v.allow)
             if messages:
-                lines.append(style(f"request {row['index']} {row['method']} {row['target']}: "
-                                   f"exact, its WebSocket session:", bold=True))
+                lines.append(style(f"{row_label(row)}: exact, its WebSocket session:",
+                                   bold=True))
                 lines.extend(messages)
             continue
         detail = row.get("detail", {})
         where = (f"recorded #{row['seq']}" if row.get("seq") is not None
                  else "no recorded counterpart")
         served = "served" if row.get("served") else "rejected"
-        head = f"request {row['index']} {row['method']} {row['target']}: {kind} ({where}, {served})"
+        head = f"{row_label(row)}: {kind} ({where}, {served})"
         lines.append(style(head, fg=_KIND_COLOUR.get(kind), bold=True))
         lines.extend(_decision_lines(detail, kind, v.allow, "  "))
         explanation = detail.get("explanation")
@@ -328,4 +351,9 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
         for u in v.unused_exchanges:
             lines.append(f"  #{u['seq']} {u.get('method', '?')} {u.get('target', '?')}: "
                          f"{u.get('summary', '')}")
+    if v.tools is not None and v.tools.unused_exchanges:
+        unused = v.tools.unused_exchanges
+        lines.append(style(f"unused recorded tool exchanges ({len(unused)}):", bold=True))
+        for u in unused:
+            lines.append(f"  #{u['seq']} {u.get('method', '?')} {u.get('target', '?')}")
     return lines

@@ -13,7 +13,7 @@ from wiretape.errors import EXIT_EXCHANGES_FAIL as EXIT_EXCHANGES_FAIL
 from wiretape.errors import EXIT_OUTCOME_DIFFERS as EXIT_OUTCOME_DIFFERS
 from wiretape.errors import EXIT_PASS as EXIT_PASS
 from wiretape.errors import EXIT_USAGE as EXIT_USAGE
-from wiretape.model import LearnedJSON, Outcome, ReplayRow, facets
+from wiretape.model import LearnedJSON, Outcome, ReplayRow, exchange_kind, facets
 from wiretape.playback import text
 from wiretape.playback.messages import MessageCounts
 from wiretape.playback.messages import counts as message_counts
@@ -55,6 +55,61 @@ class MessageCountsJSON(TypedDict):
     not_sent: int
 
 
+class ToolCountsJSON(TypedDict):
+    """The tool exchanges (``--tools``) of a replay, counted."""
+
+    recorded: int
+    exact: int
+    substituted: int
+    equivalent: int
+    diverged: int
+    missing: int
+    unused: int
+    unused_seqs: list[int]
+    unused_exchanges: list[UnusedExchange]
+    #: every recorded tool exchange matched (exact, equivalent, or
+    #: substituted when that is allowed) and none missing
+    passed: bool
+
+
+@dataclass(frozen=True)
+class ToolCounts:
+    """The tool exchanges of a replay counted by kind, as the model
+    exchanges are (their own line of the verdict)."""
+
+    recorded: int = 0
+    exact: int = 0
+    substituted: int = 0
+    equivalent: int = 0
+    diverged: int = 0
+    missing: int = 0
+    unused_seqs: tuple[int, ...] = ()
+    unused_exchanges: tuple[UnusedExchange, ...] = ()
+
+    @property
+    def unused(self) -> int:
+        return len(self.unused_seqs)
+
+    def passed(self, allow_substitutions: bool) -> bool:
+        matched = (self.exact + (self.substituted if allow_substitutions else 0)
+                   + self.equivalent)
+        return matched == self.recorded and self.missing == 0
+
+    def to_json(self, allow_substitutions: bool) -> ToolCountsJSON:
+        return {"recorded": self.recorded, "exact": self.exact,
+                "substituted": self.substituted, "equivalent": self.equivalent,
+                "diverged": self.diverged, "missing": self.missing, "unused": self.unused,
+                "unused_seqs": list(self.unused_seqs),
+                "unused_exchanges": [u.copy() for u in self.unused_exchanges],
+                "passed": self.passed(allow_substitutions)}
+
+
+def is_tool_row(row: ReplayRow) -> bool:
+    """Whether a replay row is a tool exchange's request (its detail names
+    a tool origin)."""
+    return exchange_kind(row.get("detail", {}).get("origin", "")) == "tool"
+
+
 #: The verdict's JSON form (``--json``): the fields, then the derived numbers.
 VerdictJSON = TypedDict("VerdictJSON", {
     "run_id": str,
@@ -82,6 +137,7 @@ VerdictJSON = TypedDict("VerdictJSON", {
     "interrupted": str | None,
     "rules": list[LearnedJSON],
     "messages": NotRequired[MessageCountsJSON],
+    "tools": NotRequired[ToolCountsJSON],
 })
 
 
@@ -92,7 +148,9 @@ class Verdict:
 
     ``requests`` are the per-request rows in decision order; ``outcome``
     maps ``exit_status``/``stdout``/``files`` (and facets that are only
-    reported) to ``{"same": bool|None, ...}`` (None: not compared).
+    reported) to ``{"same": bool|None, ...}`` (None: not compared). The
+    counts are the model exchanges'; ``tools`` counts the tool exchanges
+    (``--tools``), None when none was recorded or requested.
     """
 
     run_id: str
@@ -118,6 +176,15 @@ class Verdict:
     #: the WebSocket messages of the sessions replayed, counted by kind
     #: (playback.messages); None when no session was played
     messages: MessageCounts | None = None
+    #: the tool exchanges counted by kind; None when the run recorded none
+    #: and the replay asked for none
+    tools: ToolCounts | None = None
+
+    @property
+    def tools_pass(self) -> bool:
+        """Every recorded tool exchange was matched and no tool request was
+        missing (True when there were none)."""
+        return self.tools is None or self.tools.passed(self.allow_substitutions)
 
     @property
     def messages_pass(self) -> bool:
@@ -137,7 +204,8 @@ class Verdict:
     def exchanges_pass(self) -> bool:
         matched = (self.exact + (self.substituted if self.allow_substitutions else 0)
                    + self.equivalent)
-        return matched == self.recorded and self.missing == 0 and self.messages_pass
+        return (matched == self.recorded and self.missing == 0 and self.messages_pass
+                and self.tools_pass)
 
     @property
     def rules(self) -> list[LearnedJSON]:
@@ -211,6 +279,8 @@ class Verdict:
                                "equivalent": m.equivalent, "diverged": m.diverged,
                                "missing": m.missing, "unused": m.unused,
                                "not_sent": m.not_sent}
+        if self.tools is not None:
+            out["tools"] = self.tools.to_json(self.allow_substitutions)
         return out
 
     def _to_json(self) -> VerdictJSON:
@@ -254,10 +324,15 @@ def compute(
     outcome: Outcome | None = None,
     describe: Mapping[int, ExchangeSummary] | None = None,
     allow: Sequence[str] = (),
+    tool_seqs: Sequence[int] = (),
 ) -> Verdict:
     """Count the rows: each row has ``kind`` and ``seq`` (the recorded
     exchange it consumed, None for missing). ``describe`` maps a recorded
-    seq to what to show of it when it is unused."""
+    seq to what to show of it when it is unused. ``recorded_seqs`` are the
+    model exchanges', ``tool_seqs`` the tool exchanges' (``--tools``):
+    a tool request's row (``is_tool_row``) is counted with the latter."""
+    tools = _tool_counts(tool_seqs, [r for r in rows if is_tool_row(r)], describe or {})
+    rows_all, rows = rows, [r for r in rows if not is_tool_row(r)]
     counts = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
     used: set[int] = set()
     for row in rows:
@@ -282,12 +357,32 @@ def compute(
         unused_seqs=unused,
         allow_substitutions=allow_substitutions,
         outcome=(outcome or Outcome()).copy(),
-        requests=tuple(rows),
+        requests=tuple(rows_all),
         unused_exchanges=tuple(_unused(s, (describe or {}).get(s)) for s in unused),
         equivalent=counts["equivalent"],
         allow=tuple(allow),
         messages=message_counts(sessions) if sessions else None,
+        tools=tools,
     )
+
+
+def _tool_counts(tool_seqs: Sequence[int], rows: Sequence[ReplayRow],
+                 describe: Mapping[int, ExchangeSummary]) -> ToolCounts | None:
+    """The tool rows counted against the recorded tool exchanges; None when
+    there are neither."""
+    if not tool_seqs and not rows:
+        return None
+    counts = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
+    used: set[int] = set()
+    for row in rows:
+        counts[row["kind"]] += 1
+        seq = row.get("seq")
+        if seq is not None:
+            used.add(int(seq))
+    unused = tuple(s for s in tool_seqs if s not in used)
+    return ToolCounts(len(tool_seqs), counts["exact"], counts["substituted"],
+                      counts["equivalent"], counts["diverged"], counts["missing"], unused,
+                      tuple(_unused(s, describe.get(s)) for s in unused))
 
 
 def _unused(seq: int, summary: ExchangeSummary | None) -> UnusedExchange:

@@ -9,6 +9,10 @@ untouched while recording (only its host, port and byte counts are kept,
 never its bytes) and refused while replaying. A client that breaks off the
 TLS handshake is remembered by host: it does not trust the run's CA.
 
+With ``tools`` (``--tools``), every other host but the excepted ones is
+intercepted the same way, its requests served under a tool origin
+(:func:`tool_origin`).
+
 Knows nothing of run files or of what the handlers do.
 """
 
@@ -17,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from wiretape.intercept.ca import RunCA
-from wiretape.model import ConnectReportJSON, Request, TunnelJSON
+from wiretape.model import TOOL_ORIGIN_PREFIX, ConnectReportJSON, Request, TunnelJSON
 from wiretape.proxy.http1 import ClientConnection, ErrorBody, Handler, plain_error, serve_connection
 from wiretape.proxy.http2 import serve_h2
 
@@ -64,6 +68,15 @@ class ConnectReport:
                 "refused": dict(self.refused)}
 
 
+def tool_origin(scheme: str, host: str, port: int) -> str:
+    """The origin of a tool exchange (``model.TOOL_ORIGIN_PREFIX``):
+    ``tool:https://docs.example.com``, the port named when it is not the
+    scheme's default (443, 80; RFC 9110 §4.2); an IPv6 literal in brackets."""
+    shown = f"[{host}]" if ":" in host else host
+    default = 443 if scheme == "https" else 80
+    return f"{TOOL_ORIGIN_PREFIX}{scheme}://{shown}" + ("" if port == default else f":{port}")
+
+
 def split_authority(target: bytes) -> tuple[str, int] | None:
     """``host:port`` of a CONNECT request-target (authority-form, RFC 9112
     §3.2.3; an IPv6 literal in brackets), lower-cased; None when malformed."""
@@ -93,7 +106,9 @@ class ConnectProxy:
     ``handler_for(origin, authority, connection_id)`` serves the requests
     inside an intercepted tunnel. ``tunnel``: True while recording (other
     hosts are tunnelled), False while replaying (they are refused with
-    403). ``resolve`` maps a host to the address actually dialled.
+    403). ``tools``: every host but ``tools_except`` is intercepted, one not
+    in ``hosts`` under its tool origin (:func:`tool_origin`). ``resolve``
+    maps a host to the address actually dialled.
     """
 
     def __init__(self, ca: RunCA, hosts: Mapping[str, str],
@@ -102,8 +117,11 @@ class ConnectProxy:
                  resolve: Mapping[str, tuple[str, int]] | None = None,
                  max_body: int, error_body: ErrorBody = plain_error,
                  on_refused: Callable[[int, str], None] | None = None,
-                 on_change: Callable[[ConnectReport], None] | None = None) -> None:
+                 on_change: Callable[[ConnectReport], None] | None = None,
+                 tools: bool = False, tools_except: Sequence[str] = ()) -> None:
         self._ca = ca
+        self._tools = tools
+        self._tools_except = frozenset(h.lower() for h in tools_except)
         self._hosts = {h.lower(): name for h, name in hosts.items()}
         self._handler_for = handler_for
         self._tunnel = tunnel
@@ -128,19 +146,24 @@ class ConnectProxy:
             return
         host, port = found
         if host in self._hosts:
-            await self._intercept(conn, host, port)
+            await self._intercept(conn, host, port, self._hosts[host])
+        elif self._tools and host not in self._tools_except:
+            await self._intercept(conn, host, port, tool_origin("https", host, port))
         elif self._tunnel:
             await self._pass_through(conn, host, port)
         else:
             self.report.refused[f"{host}:{port}"] = self.report.refused.get(f"{host}:{port}", 0) + 1
             self._changed()
             listed = ", ".join(sorted(self._hosts)) or "none"
+            answered = ("the recorded tool hosts and " if self._tools else "") + \
+                f"the intercepted provider hosts ({listed})"
             await conn.refuse_tunnel(
                 403, "tunnel_refused",
-                f"a replay answers only the intercepted provider hosts ({listed}); "
+                f"a replay answers only {answered}; "
                 f"{host}:{port} was refused: nothing leaves this machine during a replay")
 
-    async def _intercept(self, conn: ClientConnection, host: str, port: int) -> None:
+    async def _intercept(self, conn: ClientConnection, host: str, port: int,
+                         origin: str) -> None:
         trailing = await conn.accept_tunnel()
         if trailing:
             # TLS bytes sent before our answer cannot be handed to the TLS layer.
@@ -157,8 +180,8 @@ class ConnectProxy:
         authority = host if port == 443 else f"{host}:{port}"
         inner = conn.tunnelled(authority, max_body=self._max_body, error_body=self._error_body,
                                on_refused=self._on_refused)
-        await serve_connection(inner, self._handler_for(self._hosts[host], authority,
-                                                        self._next_id()), http2=serve_h2)
+        await serve_connection(inner, self._handler_for(origin, authority, self._next_id()),
+                               http2=serve_h2)
 
     async def _pass_through(self, conn: ClientConnection, host: str, port: int) -> None:
         tunnel = self.report.tunnels.setdefault((host, port), Tunnel(host, port))

@@ -4,9 +4,10 @@ client (httpx, ``wiretape.proxy.upstream``, the recorder): an import
 contract in pyproject.toml and tests/unit/test_import_boundaries.py hold it
 to that.
 
-Owns the tape (what is left to serve, shared by all origins of a run), the
-replay log rows, and writing a recorded response back frame by frame with
-its recorded framing, cut off where the recording was cut off.
+Owns the tapes (what is left to serve: one shared by the model origins of a
+run, one per tool origin, ``--tools``), the replay log rows, and writing a
+recorded response back frame by frame with its recorded framing, cut off
+where the recording was cut off.
 """
 
 from __future__ import annotations
@@ -25,7 +26,16 @@ from wiretape.errors import WiretapeError
 from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT
 from wiretape.matching import Explanation, explain
 from wiretape.matching.correspond import Learned
-from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail, header_values
+from wiretape.model import (
+    TOOL_ORIGIN_PREFIX,
+    Ending,
+    Exchange,
+    ReplayRow,
+    Request,
+    RequestDetail,
+    exchange_kind,
+    header_values,
+)
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import (
     INLINE_BYTES,
@@ -144,7 +154,15 @@ class Replayer:
         self._close_timeout = close_timeout
         self.redactor = redactor or LiveRedactor()
         self._run = run
-        self._tape = Tape.of(exchanges)
+        # Model exchanges are one tape, whatever their origin; each tool
+        # origin's (``--tools``) a tape of its own: a page of one host never
+        # answers a request for another.
+        self._tape = Tape.of([e for e in exchanges if e.kind == "model"])
+        tools: dict[str, list[Exchange]] = {}
+        for e in exchanges:
+            if e.kind == "tool":
+                tools.setdefault(e.origin, []).append(e)
+        self._tool_tapes = {origin: Tape.of(found) for origin, found in tools.items()}
         self._responses = tuple(e.response for e in exchanges if e.response is not None)
         #: what the recorded WebSocket sessions' servers sent (answers too)
         self._server_messages = tuple(m.payload for e in exchanges for m in e.messages
@@ -178,8 +196,17 @@ class Replayer:
         return self._learned
 
     def handler(self, origin: str, connection_id: int) -> Handler:
+        """Answers the requests of one connection to ``origin``: a model
+        origin from the model exchanges, a tool origin (``tool:...``) from
+        that origin's exchanges only."""
+        if exchange_kind(origin) == "tool":
+            tape = self._tool_tapes.setdefault(origin, Tape.of([]))
+            tool: str | None = origin
+        else:
+            tape, tool = self._tape, None
+
         async def handle(conn: Responder, request: Request) -> None:
-            await self._answer(conn, request)
+            await self._answer(conn, request, tape, tool)
 
         return handle
 
@@ -196,28 +223,33 @@ class Replayer:
             if isinstance(result, BaseException):
                 raise result
 
-    async def _answer(self, conn: Responder, request: Request) -> None:
+    async def _answer(self, conn: Responder, request: Request, tape: Tape,
+                      tool: str | None) -> None:
+        """Decide ``request`` against ``tape`` and answer it; ``tool``: the
+        tool origin it was made to (None: a model origin)."""
         session = False  # a WebSocket session to play
         async with self._lock:
             if (len(request.body) + len(request.target) <= INLINE_BYTES
-                    and not self._tape.recorded_for(request)):
+                    and not tape.recorded_for(request)):
                 # A small request with nothing to learn from is redacted on
                 # the loop, and an exact one decided there (a dict lookup);
                 # any other goes off it.
-                live = self._redact(request)
-                decision = None if self.stopped else exact(live, self._tape.remaining,
-                                                            self._policy)
+                live = self._redact(request, tape)
+                decision = None if self.stopped else exact(live, tape.remaining, self._policy)
                 explanation = None
                 if decision is not None and decision.seq is not None:
-                    self._tape.consume(decision.seq)
+                    tape.consume(decision.seq)
                 elif self.stopped is None:
-                    decision, explanation = await asyncio.to_thread(self._judge, live)
+                    decision, explanation = await asyncio.to_thread(self._judge, live, tape)
             else:
                 # Off the loop: redaction scans the body (a coded one is
                 # undone); a body that is not exact is parsed and walked.
-                live, decision, explanation = await asyncio.to_thread(self._decide, request)
+                live, decision, explanation = await asyncio.to_thread(self._decide, request,
+                                                                      tape)
             if decision is not None:
                 detail = decision_detail(decision)
+                if tool is not None:
+                    detail["origin"] = tool
                 if explanation is not None:
                     detail["explanation"] = explanation.to_json()
                     detail["body_bytes_differ"] = explanation.bytes_differ
@@ -233,7 +265,7 @@ class Replayer:
                 self.rows.append(row)
                 session = (decision.serve and decision.seq is not None
                            and is_upgrade(request.headers) and isinstance(conn, ClientConnection)
-                           and ws_replay.is_session(self._tape.exchanges[decision.seq]))
+                           and ws_replay.is_session(tape.exchanges[decision.seq]))
                 if not session:  # (a session's row is written once it ends)
                     self._unwritten.append((row, live, time.time_ns()))
                 if self._on_decision is not None:
@@ -245,17 +277,25 @@ class Replayer:
                                    "no further requests are answered")
                 return
             if decision.serve and decision.seq is not None:
-                exchange = self._tape.exchanges[decision.seq]
+                exchange = tape.exchanges[decision.seq]
                 if session and isinstance(conn, ClientConnection):
                     await self._session(conn, request, live, exchange, row)
                 else:
                     await self._serve(conn, exchange)
+            elif tool is not None:
+                # A tool's request is never forwarded: what it asked for
+                # was not recorded, and it is told so as a gateway would.
+                await self._reject(conn, request, f"replay_{decision.kind.value}",
+                                   _reason(decision, live, tool)
+                                   + "; a tool's requests are never forwarded during a replay",
+                                   status=502)
             else:
                 await self._reject(conn, request, f"replay_{decision.kind.value}",
                                    _reason(decision, live))
             if decision.stop:
-                self.stopped = (f"{decision.kind.value} request {live.method.decode()} "
-                                f"{live.target.decode('latin-1')}")
+                what = "tool request" if tool is not None else "request"
+                self.stopped = (f"{decision.kind.value} {what} {live.method.decode()} "
+                                f"{_shown(live, tool)}")
                 if self._on_stop is not None:
                     self._on_stop(self.stopped)
         finally:
@@ -294,18 +334,18 @@ class Replayer:
             row["detail"]["messages"] = script.result()
             self._unwritten.append((row, live, time.time_ns()))
 
-    def _decide(self, request: Request) -> tuple[Request, Decision | None, Explanation | None]:
+    def _decide(self, request: Request, tape: Tape,
+                ) -> tuple[Request, Decision | None, Explanation | None]:
         """:meth:`_redact` then :meth:`_judge` (no decision: the replay has
         stopped). CPU work; callers hold the lock."""
-        live = self._redact(request)
+        live = self._redact(request, tape)
         if self.stopped is not None:
             return live, None, None
-        return live, *self._judge(live)
+        return live, *self._judge(live, tape)
 
-    def _redact(self, request: Request) -> Request:
+    def _redact(self, request: Request, tape: Tape) -> Request:
         """``request`` redacted as the recording was, learning the secrets
-        the recording masked on its route."""
-        tape = self._tape
+        the recording masked on its route (in ``tape``)."""
         recorded = tape.recorded_for(request)
         live = self.redactor.request(request, recorded)
         if not recorded and (live.method, live.path) != (request.method, request.path):
@@ -313,11 +353,10 @@ class Replayer:
             live = self.redactor.request(request, [c.request for c in tape.remaining])
         return live
 
-    def _judge(self, live: Request) -> tuple[Decision, Explanation | None]:
-        """The decision for the redacted ``live``, with how it differs when
-        it diverged or was substituted; the tape and what was learned move
-        on. CPU work; callers hold the lock."""
-        tape = self._tape
+    def _judge(self, live: Request, tape: Tape) -> tuple[Decision, Explanation | None]:
+        """The decision for the redacted ``live`` against ``tape``, with how
+        it differs when it diverged or was substituted; the tape and what
+        was learned move on. CPU work; callers hold the lock."""
         decision = exact(live, tape.remaining, self._policy)
         if decision is None:
             # A live clock reading lies between the replay's start and now.
@@ -354,11 +393,12 @@ class Replayer:
                 live.method, live.target, row["detail"], decided_at_ns=decided_at_ns)
 
     async def _reject(
-        self, conn: Responder, request: Request, code: str, message: str
+        self, conn: Responder, request: Request, code: str, message: str, *, status: int = 400
     ) -> None:
-        headers, body = error_response(request.path, 400, code, message)
+        headers, body = error_response(request.path, status, code, message)
+        reason = b"Bad Gateway" if status == 502 else b"Bad Request"
         with contextlib.suppress(ClientGone):
-            await conn.answer(400, b"Bad Request", headers, body)
+            await conn.answer(status, reason, headers, body)
 
     async def _serve(self, conn: Responder, exchange: Exchange) -> None:
         response = exchange.response
@@ -429,10 +469,18 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
         await asyncio.sleep(delay)
 
 
-def _reason(decision: Decision, live: Request) -> str:
-    route = f"{live.method.decode()} {live.target.decode('latin-1')}"
+def _shown(live: Request, tool: str | None) -> str:
+    """The live request's target, after its tool origin's URL for a tool
+    request (``https://docs.example.com/page``)."""
+    target = live.target.decode("latin-1")
+    return target if tool is None else tool.removeprefix(TOOL_ORIGIN_PREFIX) + target
+
+
+def _reason(decision: Decision, live: Request, tool: str | None = None) -> str:
+    route = f"{live.method.decode()} {_shown(live, tool)}"
     if decision.kind is Kind.MISSING:
-        return f"wiretape replay: no recorded exchange left for {route} (missing)"
+        what = "tool exchange" if tool is not None else "exchange"
+        return f"wiretape replay: no recorded {what} left for {route} (missing)"
     fields = ", ".join(decision.comparison.fields)
     verb = "differs" if len(decision.comparison.fields) == 1 else "differ"
     return (f"wiretape replay: {route} does not match recorded exchange #{decision.seq} "
