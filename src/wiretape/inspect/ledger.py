@@ -38,10 +38,10 @@ class LedgerEntryJSON(TypedDict):
     answered_in: int | None
     result: str | None
     kind: str
-    status: Literal["pending", "completed"]
     #: the tool exchanges (``--tools``) made while the call was open, each
     #: ``#SEQ METHOD URL``
     made: list[str]
+    status: Literal["pending", "completed"]
 
 
 class UnmatchedResultJSON(TypedDict):
@@ -82,8 +82,8 @@ class LedgerEntry:
     def to_json(self) -> LedgerEntryJSON:
         return {"call_id": self.call_id, "name": self.name, "arguments": self.arguments,
                 "issued_in": self.issued_in, "answered_in": self.answered_in,
-                "result": self.result, "kind": self.kind, "status": self.status,
-                "made": list(self.made)}
+                "result": self.result, "kind": self.kind, "made": list(self.made),
+                "status": self.status}
 
 
 @dataclass(frozen=True)

@@ -334,10 +334,12 @@ class Replayer:
             row["detail"]["messages"] = script.result()
             self._unwritten.append((row, live, time.time_ns()))
 
-    def _decide(self, request: Request, tape: Tape,
+    def _decide(self, request: Request, tape: Tape | None = None,
                 ) -> tuple[Request, Decision | None, Explanation | None]:
-        """:meth:`_redact` then :meth:`_judge` (no decision: the replay has
-        stopped). CPU work; callers hold the lock."""
+        """:meth:`_redact` then :meth:`_judge` against ``tape`` (default:
+        the model exchanges'; no decision: the replay has stopped). CPU
+        work; callers hold the lock."""
+        tape = tape if tape is not None else self._tape
         live = self._redact(request, tape)
         if self.stopped is not None:
             return live, None, None
