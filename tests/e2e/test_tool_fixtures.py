@@ -240,3 +240,75 @@ def test_tools_options_are_checked(tmp_path: Path) -> None:
                    tmp_path)
     assert out.returncode == 2 and b"--tools-except 'http://db.test': expected a host name" in (
         out.stderr)
+
+
+#: A public address (nanobot's web_fetch refuses private and loopback ones,
+#: and resolves names itself) that ``--resolve`` sends to the local server:
+#: nothing leaves the machine.
+PAGE_IP = "93.184.216.34"
+PAGE_URL = f"http://{PAGE_IP}/guide.txt"
+
+
+@pytest.mark.slow  # a long scenario: `make test-slow`
+@pytest.mark.skipif(not CAPS.network_namespaces, reason=CAPS.reasons.get("network_namespaces",
+                                                                          ""))
+def test_nanobot_web_fetch_replayed_offline_with_the_page_server_gone(
+        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
+    """nanobot (its openai provider, no apiBase) asks the model, whose
+    scripted answer calls web_fetch on a page of a local server; recorded
+    with --tools, the server stopped, replayed --offline: the same answer,
+    every model and tool exchange exact."""
+    import nanobot_support as ns
+
+    ca, pem = upstream_ca
+    script = [
+        {"tool_calls": [{"name": "web_fetch", "arguments": {"url": PAGE_URL}}],
+         "expect": "lighthouse"},
+        {"text": "The guide says to turn left at the lighthouse.", "expect": "turn left"},
+    ]
+    scene = ns.make_scene(tmp_path / "scene", None,
+                          prompt=f"What does the guide at {PAGE_URL} say? See the lighthouse.")
+    config = json.loads(scene.config_path.read_text())
+    # The web tools on; the page read here, not through a third-party reader.
+    config["tools"]["web"] = {"enable": True, "fetch": {"useJinaReader": False}}
+    scene.config_path.write_text(json.dumps(config))
+    env = scene.env(child_env())
+    run = tmp_path / "nanobot.wtape"
+    from wiretape.testing import script_from_json
+
+    with FakeProvider(script_from_json(script),
+                      ssl_context=ca.server_context("api.openai.com")) as fp, \
+            PageServer() as pages:
+        rec = wiretape(["record", "--tools", "-o", str(run), "--upstream-ca", str(pem),
+                        "--resolve", f"api.openai.com=127.0.0.1:{fp.port}",
+                        "--resolve", f"{PAGE_IP}=127.0.0.1:{pages.port}",
+                        "--snapshot", str(scene.workspace), "--", *scene.argv()],
+                       scene.root, env)
+        ports = (fp.port, pages.port)
+        seen = pages.seen
+    for port in ports:
+        assert_closed(port)
+    assert rec.returncode == 0, explain(rec)
+    live = rec.stdout.decode()
+    assert ns.model_error(live) is None, live
+    assert "turn left at the lighthouse" in ns.final_answer(live), live
+    assert seen and all(target == "/guide.txt" for _, target, _ in seen), seen
+    with open_run(run) as rf:
+        exchanges = rf.exchanges()
+    tools = [e for e in exchanges if e.kind == "tool"]
+    assert f"tool:http://{PAGE_IP}" in {e.origin for e in tools}
+    assert sum(e.kind == "model" for e in exchanges) == 2
+
+    scene.reset()
+    scene.config_path.write_text(json.dumps(config))
+    rep = wiretape(["replay", str(run), "--offline"], scene.root, env)
+    assert rep.returncode == 0, explain(rep)
+    assert ns.final_answer(rep.stdout.decode()) == ns.final_answer(live)
+    verdict = verdict_of(run, scene.root)
+    assert (verdict["recorded"], verdict["exact"], verdict["pass"]) == (2, 2, True), verdict
+    assert verdict["tools"]["recorded"] == verdict["tools"]["exact"] == len(tools), verdict
+    assert verdict["tools"]["passed"] is True
+    # show puts the GET the call made beside the web_fetch call.
+    shown = wiretape(["show", str(run)], scene.root).stdout.decode()
+    ledger = next(line for line in shown.splitlines() if "web_fetch" in line and "#" in line)
+    assert f"GET http://{PAGE_IP}/guide.txt" in ledger, shown
