@@ -136,6 +136,8 @@ def test_tool_pages_are_recorded_and_served_back_with_every_server_gone(
     assert rec.returncode == 0, explain(rec)
     assert b"Red" in rec.stdout and PAGES["/guide.txt"] in rec.stdout
     assert PAGES["/search?q=tides"] in rec.stdout
+    assert ("wiretape: 2 of them tool exchanges (--tools): http://search.test:8080, "
+            "https://docs.test") in rec.stderr.decode()
     # The sites saw their own names and the tool's key; nothing else.
     assert [(m, t, h["host"]) for m, t, h in seen] == [
         ("GET", "/guide.txt", "docs.test"), ("GET", "/search?q=tides", "search.test:8080")]

@@ -104,6 +104,14 @@ def record_summary(result: RecordResult) -> list[str]:
         f"{'s' if result.exchanges != 1 else ''}, {human_bytes(result.body_bytes)}, "
         f"{result.duration_s:.1f} s -> {result.path}"
     ]
+    if result.tool_exchanges:
+        from wiretape.model import TOOL_ORIGIN_PREFIX
+
+        total = sum(result.tool_exchanges.values())
+        hosts = ", ".join(printable(o.removeprefix(TOOL_ORIGIN_PREFIX))
+                          for o in result.tool_exchanges)
+        lines.append(f"wiretape: {total} of them tool exchange{'s' if total != 1 else ''} "
+                     f"(--tools): {hosts}")
     if result.made_folder is not None:
         lines.append(f"wiretape: made the folder {printable(str(result.made_folder))} for the "
                      "run file (it did not exist)")

@@ -118,6 +118,8 @@ class RecordResult:
     end_saved: bool = True
     #: the outermost folder made to hold the run file (``-o new/dir/x.wtape``)
     made_folder: Path | None = None
+    #: tool exchanges stored (``--tools``): tool origin to count
+    tool_exchanges: dict[str, int] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -290,11 +292,15 @@ class _Recording:
     made_folder: Path | None = None
     #: writes what the forward proxy saw as it changes, off the event loop
     reports: ReportKeeper | None = None
+    #: tool exchanges stored (``--tools``): tool origin to count
+    tool_exchanges: dict[str, int] = field(default_factory=dict)
 
     def count_status(self, exchange: Exchange) -> None:
         """Note a stored exchange's status when it is an error (400 or
         more): the provider's, or wiretape's own when the origin never
         answered (``Exchange.answered_by_wiretape``)."""
+        if exchange.kind == "tool":
+            self.tool_exchanges[exchange.origin] = self.tool_exchanges.get(exchange.origin, 0) + 1
         status = exchange.response.status if exchange.response is not None else None
         if status is None:
             return
@@ -315,7 +321,8 @@ class _Recording:
                             write_error=self.recorder.write_failure or self.write_error,
                             not_saved=stats.not_saved, refused_unsaved=stats.refused,
                             interrupted=self.interrupted, end_saved=self.write_error is None,
-                            made_folder=self.made_folder)
+                            made_folder=self.made_folder,
+                            tool_exchanges=dict(sorted(self.tool_exchanges.items())))
 
 
 async def _prepare_record(
