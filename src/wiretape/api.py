@@ -161,6 +161,8 @@ async def record_async(
     resolve: Mapping[str, str] | None = None,
     snapshot_include: Sequence[str] = (),
     snapshot_binary: bool = False,
+    tools: bool = False,
+    tools_except: Sequence[str] = (),
 ) -> Run:
     """Run ``argv`` with its provider base URLs pointed at a recording proxy
     and return the :class:`Run`.
@@ -181,6 +183,9 @@ async def record_async(
     this run, for clients whose origin is compiled in; ``upstream_ca``: a PEM
     file of CAs trusted for the real origins besides the usual roots;
     ``resolve``: ``{HOST: "IP:PORT"}`` addresses to reach hosts at.
+    ``tools``: record the command's own HTTP and HTTPS traffic through the
+    proxy too, as tool exchanges a replay serves back (implies
+    ``intercept``), but for the ``tools_except`` hosts, reached directly.
     A snapshot leaves out secrets files (``.env*``, keys, credentials),
     ``.git``, run files and binary files; ``snapshot_include``: patterns
     (names or relative paths) to take anyway; ``snapshot_binary``: take
@@ -206,7 +211,7 @@ async def record_async(
         snapshots=None if snapshots is None else [Path(p) for p in snapshots],
         echo_stdout=kept_out, echo_stderr=kept_err,
         snapshot_policy=SnapshotPolicy(include=tuple(snapshot_include), binary=snapshot_binary),
-        **_intercept_arguments(intercept, upstream_ca, resolve))
+        **_intercept_arguments(intercept, upstream_ca, resolve, tools, tools_except))
     raise_unsaved(result)
     return Run(run_id=result.run_id, path=result.path, exchanges=result.exchanges,
                body_bytes=result.body_bytes, duration_s=result.duration_s,
@@ -250,6 +255,8 @@ def record(
     resolve: Mapping[str, str] | None = None,
     snapshot_include: Sequence[str] = (),
     snapshot_binary: bool = False,
+    tools: bool = False,
+    tools_except: Sequence[str] = (),
 ) -> Run:
     """:func:`record_async` for code without a running event loop (it raises
     UsageError inside one). Same arguments, result and errors."""
@@ -257,21 +264,26 @@ def record(
         argv, out=out, upstreams=upstreams, port=port, ports=ports, cwd=cwd, snapshots=snapshots,
         max_body=max_body, stdout=stdout, stderr=stderr, intercept=intercept,
         upstream_ca=upstream_ca, resolve=resolve, snapshot_include=snapshot_include,
-        snapshot_binary=snapshot_binary))
+        snapshot_binary=snapshot_binary, tools=tools, tools_except=tools_except))
 
 
 def _intercept_arguments(
     intercept: bool | Sequence[str],
     upstream_ca: str | os.PathLike[str] | None,
     resolve: Mapping[str, str] | None,
+    tools: bool = False,
+    tools_except: Sequence[str] = (),
 ) -> InterceptionArguments:
     from wiretape.launch.intercept import interception_settings
 
     if isinstance(intercept, str):
         raise UsageError("intercept must be True or a list of host names, e.g. ['api.example.com']")
+    if isinstance(tools_except, str):
+        raise UsageError("tools_except must be a list of host names, e.g. ['db.test']")
     hosts = None if intercept is False else () if intercept is True else tuple(intercept)
     return interception_settings(hosts, upstream_ca,
-                                 [f"{host}={address}" for host, address in (resolve or {}).items()])
+                                 [f"{host}={address}" for host, address in (resolve or {}).items()],
+                                 tools=tools, tools_except=tuple(tools_except))
 
 
 async def replay_async(

@@ -179,6 +179,11 @@ def test_tool_pages_are_recorded_and_served_back_with_every_server_gone(
     assert any(" GET " in line and " tool https://docs.test/guide.txt " in line
                for line in lines), text
     assert any(" tool http://search.test:8080/search?q=tides " in line for line in lines), text
+    # So does the HTML report.
+    page = tmp_path / "run.html"
+    made = wiretape(["report", str(run), "-o", str(page)], tmp_path)
+    assert made.returncode == 0, explain(made)
+    assert "tool GET https://docs.test/guide.txt" in page.read_text()
 
 
 def test_an_unrecorded_tool_request_is_missing_and_answered_with_an_error(
@@ -213,6 +218,10 @@ def test_an_unrecorded_tool_request_is_missing_and_answered_with_an_error(
     assert PAGES["/search?q=tides"] not in strict.stdout
     assert "stopped at missing tool request GET https://docs.test/other.txt" in (
         strict.stderr.decode())
+    # The HTML report explains the missing tool request as the text does.
+    page = tmp_path / "run.html"
+    assert wiretape(["report", str(run), "-o", str(page)], tmp_path).returncode == 0
+    assert "tool request 1 GET https://docs.test/other.txt" in page.read_text()
 
 
 def test_excepted_hosts_stay_direct_and_plain_http_is_refused_without_tools(
@@ -314,3 +323,25 @@ def test_nanobot_web_fetch_replayed_offline_with_the_page_server_gone(
     shown = wiretape(["show", str(run)], scene.root).stdout.decode()
     ledger = next(line for line in shown.splitlines() if "web_fetch" in line and "#" in line)
     assert f"GET http://{PAGE_IP}/guide.txt" in ledger, shown
+
+
+def test_python_api_records_tools_and_names_a_client_that_rejects_the_ca(
+        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
+    """``wiretape.record(..., tools=True)``: curl trusting only another CA
+    for one host rejects the run's certificate there (named by host, nothing
+    recorded for it), and its plain-HTTP search is a tool exchange."""
+    import wiretape
+
+    _ca, pem = upstream_ca
+    command = ["sh", "-c", f'curl -sS --cacert "{pem}" https://pinned.test/x; '
+               'curl -sS "http://search.test:8080/search?q=tides"']
+    with PageServer() as search:
+        run = wiretape.record(command, out=tmp_path / "api.wtape", snapshots=[], tools=True,
+                              resolve={"search.test": f"127.0.0.1:{search.port}"})
+    assert run.stdout == PAGES["/search?q=tides"]
+    with open_run(run.path) as rf:
+        assert [e.origin for e in rf.exchanges()] == ["tool:http://search.test:8080"]
+        report = rf.connect_report()
+    assert report is not None
+    assert report["rejected"]["pinned.test"].startswith(
+        "the client rejected the certificate for pinned.test (TLSV1_ALERT_UNKNOWN_CA)")
