@@ -251,6 +251,8 @@ def test_tools_options_are_checked(tmp_path: Path) -> None:
                    tmp_path)
     assert out.returncode == 2 and b"--tools-except 'http://db.test': expected a host name" in (
         out.stderr)
+    out = wiretape(["serve", "--replay", "x", "--tools"], tmp_path)
+    assert out.returncode == 2 and b"--tools goes with --record" in out.stderr
 
 
 #: A public address (nanobot's web_fetch refuses private and loopback ones,

@@ -401,6 +401,7 @@ def _confirm_recorded_command(path: Path) -> None:
                    "body gets 413, a larger message closes its session with 1009.")
 @_allow_option
 @_intercept_options
+@_tools_options
 def serve(
     record_mode: bool,
     replay_run: str | None,
@@ -417,6 +418,8 @@ def serve(
     intercept_hosts: tuple[str, ...],
     upstream_ca: Path | None,
     resolve: tuple[str, ...],
+    tools: bool,
+    tools_except: tuple[str, ...],
 ) -> None:
     """Attach: listen until SIGINT/SIGTERM for an agent configured to call
     the printed URL (for agents that read their origin from a config file).
@@ -434,6 +437,9 @@ def serve(
 
     if record_mode == bool(replay_run):
         raise UsageError("give exactly one of --record or --replay RUN")
+    if (tools or tools_except) and not record_mode:
+        raise UsageError("--tools goes with --record: a replay serves the tool exchanges the "
+                         "run recorded, as it was recorded")
     stop = asyncio.Event()
 
     def announce(origins: Sequence[Origin]) -> None:
@@ -449,7 +455,7 @@ def serve(
     if record_mode:
         from wiretape.launch.record import record as do_record
 
-        if not upstreams and not intercept:
+        if not upstreams and not intercept and not tools:
             raise UsageError("serve --record needs --upstream URL (where to forward), or "
                              "--intercept")
         pairs = [
@@ -458,7 +464,9 @@ def serve(
             else ("upstream", u)
             for u in upstreams
         ]
-        extra = _intercept_arguments(intercept, intercept_hosts, upstream_ca, resolve, upstreams)
+        extra = _intercept_arguments(intercept, intercept_hosts, upstream_ca, resolve, upstreams,
+                                     tools, tools_except)
+        intercept = extra["intercept"] is not None
 
         def announce_proxy(variables: dict[str, str]) -> None:
             # The agent's side of an intercepting proxy: these variables.
