@@ -179,6 +179,11 @@ def test_tool_pages_are_recorded_and_served_back_with_every_server_gone(
     assert any(" GET " in line and " tool https://docs.test/guide.txt " in line
                for line in lines), text
     assert any(" tool http://search.test:8080/search?q=tides " in line for line in lines), text
+    # An export names each tool exchange by its own URL.
+    har = tmp_path / "run.har"
+    assert wiretape(["export", str(run), "--har", str(har)], tmp_path).returncode == 0
+    urls = [e["request"]["url"] for e in json.loads(har.read_text())["log"]["entries"]]
+    assert urls[1:] == ["https://docs.test/guide.txt", "http://search.test:8080/search?q=tides"]
     # So does the HTML report.
     page = tmp_path / "run.html"
     made = wiretape(["report", str(run), "-o", str(page)], tmp_path)

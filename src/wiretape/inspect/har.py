@@ -34,6 +34,7 @@ from wiretape.errors import UsageError
 from wiretape.inspect import interop
 from wiretape.matching.documents import decoded_body
 from wiretape.model import (
+    TOOL_ORIGIN_PREFIX,
     Ending,
     Exchange,
     Frame,
@@ -111,7 +112,9 @@ def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> d
         "time": _ms(e.duration_ns),
         "request": {
             "method": req.method.decode("latin-1"),
-            "url": bases.get(e.origin, "http://unknown") + target,
+            # (a tool exchange's origin names its URL's scheme and host: --tools)
+            "url": bases.get(e.origin, e.origin.removeprefix(TOOL_ORIGIN_PREFIX)
+                             if e.kind == "tool" else "http://unknown") + target,
             "httpVersion": "HTTP/" + req.http_version.decode("latin-1"),
             "cookies": [],
             "headers": _headers(req.headers),
