@@ -84,7 +84,33 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
                      "unused": v.unused}
                     for v in ov.verdicts],
         "import_notes": json.loads(info.extra.get("import_notes", "[]")),
+        "fork": _fork_json(info.extra),
+        "checkpoints": list(ov.checkpoints),
     }
+
+
+def _fork_json(extra: dict[str, str]) -> dict[str, object] | None:
+    """A fork's parent, its ``--from`` and the model rewrite (None: not a fork)."""
+    if "fork_parent" not in extra:
+        return None
+    upto = extra.get("fork_from", "")
+    return {"parent": extra["fork_parent"], "from": int(upto) if upto.isdigit() else None,
+            "model": extra.get("fork_model") or None}
+
+
+def fork_line(extra: dict[str, str]) -> str | None:
+    """``forked from run_x: exchanges 0-0 served from it (exact), the rest
+    live, model rewritten to M``; None for a run that is not a fork."""
+    fork = _fork_json(extra)
+    if fork is None:
+        return None
+    upto = fork["from"]
+    served = ("none served from it" if upto == 0 else
+              f"exchanges #0-#{int(str(upto)) - 1} served from it" if isinstance(upto, int)
+              else "some exchanges served from it")
+    model = (f", the live requests' model rewritten to {fork['model']}" if fork["model"]
+             else "")
+    return f"  forked from {fork['parent']} at {upto}: {served}, the rest live{model}"
 
 
 @click.command()
@@ -95,7 +121,8 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
 def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
     """Show RUN as a timeline (one row per exchange: offset, time to first
     byte, duration, model, stop reason, tokens, excerpt, tool calls), the
-    tool-call ledger and the replays; or one exchange whole.
+    tool-call ledger, the checkpoints a fork can start from (N: after the
+    first N exchanges) and the replays; or one exchange whole.
 
     \b
     Example:
@@ -126,6 +153,9 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
         _echo(escaped(line))
     for note in json.loads(ov.info.extra.get("import_notes", "[]")):
         _echo(f"  import note: {printable(str(note))}")
+    said = fork_line(ov.info.extra)
+    if said is not None:
+        _echo(escaped(printable(said)))
     for line in table(text.timeline_rows(ov.rows), text.TIMELINE_HEADER):
         _echo(escaped(line))
     for exchange in ov.exchanges:
@@ -133,6 +163,8 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
             _echo(escaped(line))
     for line in text.ledger_lines(ov.ledger, escaped.style):
         _echo(escaped(line))
+    _echo(f"checkpoints (wiretape fork {printable(ov.info.run_id)} --from N): "
+          + " ".join(str(n) for n in ov.checkpoints))
     if ov.verdicts:
         _echo(click.style(f"replays: {len(ov.verdicts)}", bold=True))
         for v in ov.verdicts:

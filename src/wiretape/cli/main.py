@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from wiretape import __version__
-from wiretape.cli import inspect_cmds, render, secrets_cmds
+from wiretape.cli import fork_cmds, inspect_cmds, render, secrets_cmds
 from wiretape.cli.check_cmd import check
 from wiretape.errors import EXIT_NOT_SAVED, EXIT_USAGE, UsageError, WiretapeError
 from wiretape.limits import DEFAULT_MAX_BODY
@@ -650,6 +650,9 @@ cli.add_command(check)
 
 # Secrets left in runs: scrub, scan.
 secrets_cmds.register(cli)
+
+# From a point of a recording onto a live model: fork, compare.
+fork_cmds.register(cli)
 
 
 def _printable_streams() -> None:

@@ -73,12 +73,15 @@ from wiretape.testing.cli import main
 from wiretape.testing.openai_embeddings import EMBEDDING_DIMENSIONS
 from wiretape.testing.playbook import ReceivedRequest
 from wiretape.testing.script import (
+    FIXER_MODEL,
+    IDLE_MODEL,
     ScriptError,
     TextTurn,
     ToolCall,
     ToolCallTurn,
     Turn,
     demo_script,
+    fork_models,
     load_script,
     script_from_json,
     script_to_json,
@@ -90,6 +93,8 @@ __all__ = [
     "CREATED",
     "DEFAULT_DELAY",
     "EMBEDDING_DIMENSIONS",
+    "FIXER_MODEL",
+    "IDLE_MODEL",
     "AsyncFakeProvider",
     "FakeProvider",
     "ReceivedRequest",
@@ -99,6 +104,7 @@ __all__ = [
     "ToolCallTurn",
     "Turn",
     "demo_script",
+    "fork_models",
     "load_script",
     "main",
     "script_from_json",
