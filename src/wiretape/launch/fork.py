@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -407,10 +408,10 @@ async def compare(parent_path: Path, upto: int, models: Sequence[str], verify: s
     options = upstream_options or UpstreamOptions()
 
     async def one(model: str) -> ForkResult:
-        async with gate:
+        async with gate:  # (the agents' output is kept in their runs, not echoed)
             result = await fork(parent_path, ForkSettings(
                 upto, model=model, upstreams=upstreams, any_port=True, verify=verify,
-                upstream_options=options))
+                upstream_options=options), echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO())
         if on_done is not None:
             on_done(result)
         return result
