@@ -107,9 +107,11 @@ def test_show_lists_the_checkpoints(parent: tuple[Path, Path], tmp_path: Path) -
         "checkpoints"] == [0, 1, 2, 3]
 
 
-def test_compare_prints_one_pass_and_one_fail(parent: tuple[Path, Path], tmp_path: Path) -> None:
+def test_compare_prints_one_pass_and_one_fail(parent: tuple[Path, Path],
+                                              tmp_path: Path) -> None:
     _, run = parent
-    (tmp_path / "wiretape.toml").write_text('[prices]\n"fake-fixer" = { input = 1.0, output = 2.0 }\n')
+    (tmp_path / "wiretape.toml").write_text(
+        '[prices]\n"fake-fixer" = { input = 1.0, output = 2.0 }\n')
     with FakeProvider([], models=fork_models()) as live:
         done = wiretape("compare", str(run), "--from", "1", "--models",
                         f"{FIXER_MODEL},{IDLE_MODEL}", "--verify", VERIFY, "-j", "2",

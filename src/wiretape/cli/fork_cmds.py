@@ -7,7 +7,6 @@ verify command in each, one table). Registered on the main group by
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -106,6 +105,8 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
       wiretape fork run_0123456789ab --from 2 --model gpt-4o
       wiretape fork run_0123456789ab --from 1 --upstream openai=http://127.0.0.1:8765/v1
     """
+    import asyncio
+
     from wiretape.launch.fork import ForkSettings
     from wiretape.launch.fork import fork as run_fork
     from wiretape.launch.origins import parse_pairs
@@ -200,6 +201,8 @@ def compare(run: str, upto: int, models: str, verify: str, jobs: int, upstreams:
       wiretape compare run_0123456789ab --from 1 --models gpt-4o,gpt-4o-mini \\
           --verify 'python -m pytest -q' -j 2
     """
+    import asyncio
+
     from wiretape.launch.fork import compare as run_compare
     from wiretape.launch.origins import parse_pairs
     from wiretape.store.locate import resolve_run
