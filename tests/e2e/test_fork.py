@@ -181,3 +181,15 @@ def test_the_price_table_knows_dated_names_and_says_nothing_of_unknown_ones() ->
     assert table.price("gpt-4o-mini-tts") is None
     assert table.cost("fake-fixer", 1000, 500) == pytest.approx(0.002)
     assert table.cost("no-such-model", 1000, 500) is None
+
+
+def test_the_python_api_forks_a_run_at_its_end_offline(parent: tuple[Path, Path],
+                                                       tmp_path: Path) -> None:
+    import wiretape
+
+    _, run = parent
+    result = wiretape.fork(run, after=3, out=tmp_path / "whole.wtape", verify=VERIFY)
+    assert (result.replayed, result.live, result.stopped) == (3, 0, None)
+    assert result.exit_status == 0 and result.verify_status == 1  # the recording fixed nothing
+    assert (result.input_tokens, result.output_tokens) == (None, None)
+    assert result.path == tmp_path / "whole.wtape" and result.parent_id == p_id(run)

@@ -46,7 +46,7 @@ from wiretape.launch.replay import (
     recorded_span,
 )
 from wiretape.launch.sandbox import Sandbox, sweep_stale
-from wiretape.model import Ending, Exchange, ExplanationJSON, Origin, RunInfo
+from wiretape.model import Ending, Exchange, ExplanationJSON, Origin, Redaction, RunInfo
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.playback.decide import Mode, Policy
 from wiretape.proxy.fork import Fork
@@ -157,7 +157,7 @@ async def fork(parent_path: Path, settings: ForkSettings, *,
                 f"exchange{'s' if len(exchanges) != 1 else ''}; give --from 0 to "
                 f"{len(exchanges)} (`wiretape show {info.run_id}` lists its checkpoints)")
         upstreams = _upstreams(info, settings.upstreams)
-        await _check_reachable(upstreams, exchanges[upto:] or exchanges,
+        await _check_reachable(upstreams, exchanges[upto:],
                                settings.upstream_options)
         command, sandbox, launch = _plan_replay(
             stack, parent, parent_path, info, None,
@@ -195,8 +195,13 @@ async def fork(parent_path: Path, settings: ForkSettings, *,
                 task.add_done_callback(pending.discard)
 
         pending: set[asyncio.Task[None]] = set()
+        facts: dict[int, list[Redaction]] = {}
+        for seq, fact in parent.redactions():
+            if seq is not None and seq < upto:
+                facts.setdefault(seq, []).append(fact)
         engine = Fork(run, parent, exchanges[:upto], upto, policy,
-                      redactor=live_redactor(parent), on_stop=stop, model=settings.model)
+                      redactor=live_redactor(parent), on_stop=stop, model=settings.model,
+                      facts=facts)
         recorder = Recorder(run, options=settings.upstream_options, rules=rules,
                             first_seq=upto, rewrite=engine.outgoing)
         engine.recorder = recorder

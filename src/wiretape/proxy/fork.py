@@ -24,10 +24,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from wiretape.model import Exchange, ReplayRow, Request, header_values
+from wiretape.model import Exchange, Redaction, ReplayRow, Request, header_values
 from wiretape.playback.decide import Kind, Policy
 from wiretape.proxy.http1 import ClientGone, Handler, Responder
 from wiretape.proxy.record import Recorder
@@ -109,8 +109,12 @@ class Fork:
 
     def __init__(self, run: RunFile, parent: RunFile, served: list[Exchange], upto: int,
                  policy: Policy, *, redactor: LiveRedactor,
-                 on_stop: Callable[[str], None], model: str | None = None) -> None:
+                 on_stop: Callable[[str], None], model: str | None = None,
+                 facts: Mapping[int, Sequence[Redaction]] | None = None) -> None:
+        """``facts``: the parent's redaction facts per exchange, copied
+        with each exchange served from it."""
         self._run = run
+        self._facts = facts or {}
         self._upto = upto
         self._model = model
         self._routed = 0
@@ -132,7 +136,7 @@ class Fork:
         self.stats.replayed.append(row["kind"])
         seq = row["seq"]
         if row["served"] and seq is not None and row["kind"] != Kind.DIVERGED.value:
-            self._run.write_exchange(self._served[seq])
+            self._run.write_exchange(self._served[seq], self._facts.get(seq, ()))
 
     def outgoing(self, request: Request) -> Request:
         """What is sent upstream for a live ``request``: its model
