@@ -172,6 +172,16 @@ def compare_rows(results: list[ForkResult], prices: PriceTable) -> list[list[str
     return rows
 
 
+def compare_lines(results: list[ForkResult]) -> list[str]:
+    """The comparison table, then its price notes and how many passed."""
+    prices = _prices()
+    passed = sum(1 for r in results if r.verify_status == 0 and r.stopped is None)
+    return [*table(compare_rows(results, prices), COMPARE_HEADER),
+            *_price_notes(results, prices),
+            f"wiretape compare: {passed} of {len(results)} model"
+            f"{'s' if len(results) != 1 else ''} passed verify"]
+
+
 @click.command()
 @click.argument("run")
 @click.option("--from", "upto", type=click.IntRange(min=0), required=True, metavar="N",

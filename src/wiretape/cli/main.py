@@ -629,17 +629,23 @@ def diff(run_a: str, run_b: str, as_json: bool) -> None:
 @cli.command()
 @click.option("--keep-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where to put the demo run (default .wiretape/runs).")
-def demo(keep_dir: Path | None) -> None:
+@click.option("--compare", "with_compare", is_flag=True,
+              help="Then fork a run of the agent after its first turn onto two scripted "
+                   "models and print the comparison (wiretape compare).")
+def demo(keep_dir: Path | None, with_compare: bool) -> None:
     """Record the bundled example agent against the built-in fake provider,
     stop the provider, replay, and print the verdict. Offline, no key.
 
     \b
     Example:
       wiretape demo
+      wiretape demo --compare
     """
+    from wiretape.cli.fork_cmds import compare_lines
     from wiretape.demo import run_demo
 
-    sys.exit(run_demo(keep_dir, _say, summarise=render.record_summary, style=click.style))
+    sys.exit(run_demo(keep_dir, _say, summarise=render.record_summary, style=click.style,
+                      compare_table=compare_lines if with_compare else None))
 
 
 # Showing what an agent did: show, report, export, import.

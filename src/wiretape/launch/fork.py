@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import io
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -402,11 +403,14 @@ def _usage(exchanges: Sequence[Exchange]) -> tuple[int | None, int | None]:
 async def compare(parent_path: Path, upto: int, models: Sequence[str], verify: str, *,
                   jobs: int = 1, upstreams: tuple[tuple[str, str], ...] = (),
                   upstream_options: UpstreamOptions | None = None,
-                  on_done: Callable[[ForkResult], None] | None = None) -> list[ForkResult]:
+                  on_done: Callable[[ForkResult], None] | None = None,
+                  out_dir: Path | None = None) -> list[ForkResult]:
     """One fork per model of ``models`` from ``upto``, each in its own
     sandbox and on free ports, at most ``jobs`` at a time, ``verify`` run
-    in each sandbox after its agent exits. Returns the results in the
-    order of ``models``. Raises as :func:`fork` (the first error met)."""
+    in each sandbox after its agent exits; the run files go to ``out_dir``
+    as ``fork-MODEL-TIME.wtape`` (default: the runs folder, by run id). Returns the
+    results in the order of ``models``. Raises as :func:`fork` (the first
+    error met)."""
     if not models:
         raise UsageError("--models needs at least one model, e.g. --models gpt-4o,gpt-4o-mini")
     gate = asyncio.Semaphore(max(1, jobs))
@@ -414,8 +418,11 @@ async def compare(parent_path: Path, upto: int, models: Sequence[str], verify: s
 
     async def one(model: str) -> ForkResult:
         async with gate:  # (the agents' output is kept in their runs, not echoed)
+            name = re.sub(r"[^A-Za-z0-9._-]", "_", model)
+            out = out_dir / f"fork-{name}-{time.strftime('%Y%m%d-%H%M%S')}.wtape" \
+                if out_dir is not None else None
             result = await fork(parent_path, ForkSettings(
-                upto, model=model, upstreams=upstreams, any_port=True, verify=verify,
+                upto, model=model, upstreams=upstreams, out=out, any_port=True, verify=verify,
                 upstream_options=options), echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO())
         if on_done is not None:
             on_done(result)
