@@ -150,6 +150,10 @@ async def fork(parent_path: Path, settings: ForkSettings, *,
         parent = RunFile.open(parent_path)
         stack.callback(parent.close)
         info = parent.info()
+        if info.intercept:
+            raise UsageError(f"run {info.run_id} was recorded with --intercept: a fork serves "
+                             "base URLs only, so its agent would reach the providers past it; "
+                             "record the agent with base URLs (--upstream) to fork it")
         exchanges = sorted(parent.exchanges(), key=lambda e: e.seq)
         upto = settings.upto
         if not 0 <= upto <= len(exchanges):
