@@ -139,6 +139,16 @@ def test_compare_prints_one_pass_and_one_fail(parent: tuple[Path, Path],
     assert row.split()[:3] == [IDLE_MODEL, "FAIL", "(1)"]
     assert "—" in row and row.split()[-1].startswith("run_")
     assert "0 of 1 model passed verify" in table.stderr
+    # The parent's report includes the comparison, read back from the forks' run files.
+    reported = wiretape("report", str(run), "-o", str(tmp_path / "parent.html"), cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    assert "3 forks" in reported.stderr
+    page = (tmp_path / "parent.html").read_text()
+    for fork in report["forks"]:
+        row = page.split(f'<tr data-fork="{fork["run_id"]}">', 1)[1].split("</tr>", 1)[0]
+        assert f'data-verify="{fork["verify_status"]}"' in row
+        assert f'<td class="mono">{fork["model"]}</td>' in row
+    assert f"${fixer['cost_usd']:.4f}" in page
 
 
 def test_a_fork_whose_turn_before_n_diverges_stops_and_names_it(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ def _say(line: str) -> None:
     click.echo(line, err=True)
 
 
-def _prices() -> PriceTable:
+def price_table() -> PriceTable:
     """The built-in price table with the project's ``[prices]``."""
     from wiretape.inspect.prices import PriceTable
     from wiretape.launch.config import find
@@ -116,7 +116,7 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
     settings = ForkSettings(upto, model=model, upstreams=tuple(parse_pairs(upstreams,
                                                                            "--upstream")),
                             out=out, verify=verify)
-    prices = _prices()
+    prices = price_table()
     # With --json, stdout is the result's: the agent's output goes to stderr.
     result = asyncio.run(run_fork(path, settings,
                                   echo_stdout=sys.stderr.buffer if as_json else None))
@@ -174,7 +174,7 @@ def compare_rows(results: list[ForkResult], prices: PriceTable) -> list[list[str
 
 def compare_lines(results: list[ForkResult]) -> list[str]:
     """The comparison table, then its price notes and how many passed."""
-    prices = _prices()
+    prices = price_table()
     passed = sum(1 for r in results if r.verify_status == 0 and r.stopped is None)
     return [*table(compare_rows(results, prices), COMPARE_HEADER),
             *_price_notes(results, prices),
@@ -223,7 +223,7 @@ def compare(run: str, upto: int, models: str, verify: str, jobs: int, upstreams:
     if len(set(names)) != len(names):
         raise UsageError(f"--models names a model twice ({models}): give each once")
     path = resolve_run(run)
-    prices = _prices()
+    prices = price_table()
     results = asyncio.run(run_compare(
         path, upto, names, verify, jobs=jobs,
         upstreams=tuple(parse_pairs(upstreams, "--upstream")),

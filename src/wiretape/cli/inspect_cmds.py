@@ -178,24 +178,32 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
               help="HTML file to write (default: <run-id>.html here).")
 def report(run: str, out: Path | None) -> None:
     """Write RUN as one self-contained HTML page: the waterfall of its
-    exchanges, the conversation, the tool-call ledger, and its replays with
-    their divergences side by side. Opens offline; it loads nothing.
+    exchanges, the conversation, the tool-call ledger, its replays with
+    their divergences side by side, and its forks (`wiretape fork`,
+    `wiretape compare`: the run files beside it and in the runs folder)
+    as one comparison. Opens offline; it loads nothing.
 
     \b
     Example:
       wiretape report run_0123456789ab -o run.html
     """
+    from wiretape.cli.fork_cmds import price_table
+    from wiretape.inspect.forks import forks_of
     from wiretape.inspect.report import render
+    from wiretape.store.locate import runs_dir
 
     if out is not None:
         check_folder(out)  # before the run is read
     ov = _read(run, "reading")
+    forks = forks_of(ov.info.run_id, [ov.path.parent, runs_dir()])
     page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts,
-                  {e.seq: e.messages for e in ov.exchanges if e.messages})
+                  {e.seq: e.messages for e in ov.exchanges if e.messages}, forks=forks,
+                  prices=price_table())
     target = out or Path(f"{ov.info.run_id}.html")
     write_whole(target, text_bytes(page))
     counts = (_count(len(ov.rows), "exchange"), _count(len(ov.ledger.entries), "tool call"),
-              _count(len(ov.verdicts), "replay"))
+              _count(len(ov.verdicts), "replay"),
+              *([_count(len(forks), "fork")] if forks else []))
     click.echo(f"wiretape: report of {printable(ov.info.run_id)} ({', '.join(counts)}) -> "
                f"{target}", err=True)
 

@@ -7,7 +7,8 @@ the parent's snapshots (the state the agent starts from), the exchanges
 served from the parent under their own sequence numbers, the live ones
 after them, and the agent's end and outcome. Its metadata says what it is
 (``extra``: ``fork_parent`` the parent's run id, ``fork_from`` N,
-``fork_model`` the model the live requests were rewritten to, or empty),
+``fork_model`` the model the live requests were rewritten to, or empty;
+with a verify command, ``fork_verify`` and ``fork_verify_status``),
 so it can be shown, replayed, diffed and forked again.
 
 ``compare`` runs one fork per model, each in its own sandbox, runs a
@@ -33,6 +34,7 @@ from urllib.parse import urlsplit
 
 from wiretape import __version__
 from wiretape.errors import PortInUse, RunFileError, UsageError
+from wiretape.inspect.forks import usage_of
 from wiretape.inspect.formats import read_exchange
 from wiretape.inspect.prices import PriceTable
 from wiretape.launch import config, isolate, trust
@@ -252,8 +254,10 @@ async def fork(parent_path: Path, settings: ForkSettings, *,
         if settings.verify is not None:
             verify_status, verify_output = await _verify(settings.verify, launch.isolation,
                                                          sandbox, cwd)
+            run.add_extra({"fork_verify": settings.verify,
+                           "fork_verify_status": str(verify_status)})
         live = [e for e in run.exchanges() if e.seq >= upto]
-        input_tokens, output_tokens = _usage(live)
+        input_tokens, output_tokens = usage_of(live)
         live_model = settings.model or next(
             (m for m in (read_exchange(e).request.model for e in live) if m), None)
         unreachable = [(e.origin, e.error or e.ending.value) for e in live
@@ -385,23 +389,6 @@ async def _verify(command: str, isolation: isolate.Isolation | None, sandbox: Sa
     text = output.decode("utf-8", "replace")
     return process.returncode if process.returncode is not None else -1, \
         text[-VERIFY_OUTPUT_MAX:]
-
-
-def _usage(exchanges: Sequence[Exchange]) -> tuple[int | None, int | None]:
-    """Input and output tokens summed over ``exchanges``' usage fields, as
-    each wire format reports them (None: none reported)."""
-    tokens_in: int | None = None
-    tokens_out: int | None = None
-    for exchange in exchanges:
-        view = read_exchange(exchange)
-        usage = view.response.usage if view.response is not None else None
-        if usage is None:
-            continue
-        if usage.input_tokens is not None:
-            tokens_in = (tokens_in or 0) + usage.input_tokens
-        if usage.output_tokens is not None:
-            tokens_out = (tokens_out or 0) + usage.output_tokens
-    return tokens_in, tokens_out
 
 
 async def compare(parent_path: Path, upto: int, models: Sequence[str], verify: str, *,
