@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 EXIT_DIVERGED = 3
 #: Exit status of ``compare`` when every model failed the verify command.
 EXIT_ALL_FAILED = 1
+#: Lines of a failed verify command's output ``fork`` shows (its last ones).
+VERIFY_TAIL_LINES = 10
 
 
 def _say(line: str) -> None:
@@ -142,6 +144,10 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
          f"{cost_text(cost)}; {result.duration_s:.1f} s")
     if result.verify_status is not None:
         _say(f"wiretape fork: verify exit status {result.verify_status}")
+        if result.verify_status != 0:
+            tail = result.verify_output.rstrip("\n").splitlines()[-VERIFY_TAIL_LINES:]
+            for line in tail:
+                _say(f"  {printable(line)}")
     for note in _price_notes([result], prices):
         _say(note)
     _say(f"wiretape fork: run file {printable(str(result.path))} (try `wiretape show "

@@ -6,8 +6,10 @@ over the parent's first ``upto`` exchanges (strict: each request must match,
 a divergence stops the fork with the replay's own explanation), and a
 :class:`~wiretape.proxy.record.Recorder` writing the fork's run file. Each
 exchange served from the parent is copied into that run file under its
-parent's sequence number, so the fork is a run like any other; the live
-exchanges follow it, numbered from ``upto``.
+parent's sequence number (its bytes, timing and redaction facts the
+parent's, its start the moment the fork's agent asked for it), so the
+fork is a run like any other; the live exchanges follow it, numbered from
+``upto``.
 
 This module is the one place where the replay and recording sides meet
 (the replay path itself imports neither the recorder nor an upstream
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -136,7 +139,9 @@ class Fork:
         self.stats.replayed.append(row["kind"])
         seq = row["seq"]
         if row["served"] and seq is not None and row["kind"] != Kind.DIVERGED.value:
-            self._run.write_exchange(self._served[seq], self._facts.get(seq, ()))
+            # Its bytes are the parent's; its start is when the fork's agent asked.
+            served = replace(self._served[seq], started_at_ns=time.time_ns())
+            self._run.write_exchange(served, self._facts.get(seq, ()))
 
     def outgoing(self, request: Request) -> Request:
         """What is sent upstream for a live ``request``: its model

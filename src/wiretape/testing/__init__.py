@@ -26,6 +26,10 @@ stream when the body asks (``"stream": true``), Gemini by its path. Streams
 are written one SSE event per HTTP chunk, with ``delay`` seconds between
 events, so a proxy that buffers can be caught.
 
+A model may have a script of its own (``models={"fake-fixer": [...]}``): a
+request naming it (its ``model`` member, or Gemini's path) plays that
+script; :func:`fork_models` holds two for forks of the demo agent.
+
 Every id and timestamp is derived from the 1-based turn number (turn 3:
 ``chatcmpl-fake-0003``, ``resp_fake_0003``, ``msg_fake_0003``,
 ``fake-gemini-0003``; its first call ``call_fake_3_0``, ``fc_fake_3_0``,
