@@ -121,7 +121,8 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
     prices = price_table()
     # With --json, stdout is the result's: the agent's output goes to stderr.
     result = asyncio.run(run_fork(path, settings,
-                                  echo_stdout=sys.stderr.buffer if as_json else None))
+                                  echo_stdout=sys.stderr.buffer if as_json else None,
+                                  handle_signals=True))
     if as_json:
         click.echo(json_text(result.to_json(prices)))
     rewrite = (f"; model rewritten to {printable(model)} on {result.rewritten} live "

@@ -33,12 +33,12 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from wiretape import __version__
-from wiretape.errors import PortInUse, RunFileError, UsageError
+from wiretape.errors import Interrupted, PortInUse, RunFileError, UsageError
 from wiretape.inspect.forks import usage_of
 from wiretape.inspect.formats import read_exchange
 from wiretape.inspect.prices import PriceTable
 from wiretape.launch import config, isolate, trust
-from wiretape.launch.child import Child, run_child
+from wiretape.launch.child import Child, Interrupts, run_child
 from wiretape.launch.origins import child_environment
 from wiretape.launch.record import _create_run, _kept_contents
 from wiretape.launch.replay import (
@@ -137,15 +137,40 @@ class ForkResult:
 
 async def fork(parent_path: Path, settings: ForkSettings, *,
                echo_stdout: BinaryIO | None = None, echo_stderr: BinaryIO | None = None,
-               on_listening: Callable[[list[Origin]], None] | None = None) -> ForkResult:
+               on_listening: Callable[[list[Origin]], None] | None = None,
+               handle_signals: bool = False) -> ForkResult:
     """Fork the run at ``parent_path`` after its first ``settings.upto``
     exchanges (see the module's docstring). However it ends, the ports, the
     sandbox and an agent still running are given back; a fork that began
     keeps its run file.
 
+    ``handle_signals`` (one fork in the main thread, as the command line
+    runs it): SIGINT and SIGTERM go to the agent's group while it runs,
+    as in a recording (its exit status says how it took them); before it
+    starts they end the fork with Interrupted. Without it, a cancellation
+    (``compare``'s, on SIGINT) stops the agent and gives everything back.
+
     Raises RunFileError, UsageError (``--from`` beyond the recording, no
-    upstream reachable, a bad ``--upstream``), CommandNotFound, PortInUse.
+    upstream reachable, a bad ``--upstream``), CommandNotFound, PortInUse,
+    Interrupted.
     """
+    interrupts = Interrupts() if handle_signals else None
+    with interrupts or contextlib.nullcontext():
+        try:
+            return await _fork(parent_path, settings, echo_stdout, echo_stderr, on_listening,
+                               interrupts)
+        except asyncio.CancelledError:
+            if interrupts is None or not interrupts.cancelled or interrupts.signum is None:
+                raise
+            interrupts.uncancel()
+            raise Interrupted(interrupts.signum, "before the fork's agent started; nothing "
+                                                 "was forwarded") from None
+
+
+async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO | None,
+                echo_stderr: BinaryIO | None,
+                on_listening: Callable[[list[Origin]], None] | None,
+                interrupts: Interrupts | None) -> ForkResult:
     t0 = time.monotonic()
     sweep_stale()
     async with contextlib.AsyncExitStack() as stack:
@@ -239,7 +264,8 @@ async def fork(parent_path: Path, settings: ForkSettings, *,
                 stop(engine.stopped or "stopped")
 
         result = await run_child(stack, argv, cwd=start_in, env=env, echo_stdout=echo_stdout,
-                                 echo_stderr=echo_stderr, interrupts=None, started=started)
+                                 echo_stderr=echo_stderr, interrupts=interrupts,
+                                 started=started)
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         await listeners.close()
