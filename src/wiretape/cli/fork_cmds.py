@@ -127,6 +127,8 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
         click.echo(json_text(result.to_json(prices)))
     rewrite = (f"; model rewritten to {printable(model)} on {result.rewritten} live "
                f"request{'s' if result.rewritten != 1 else ''}" if model else "")
+    if model and result.not_rewritten:
+        rewrite += f" ({result.not_rewritten} named no model and went as they came)"
     _say(f"wiretape fork: {result.run_id} from {result.parent_id} at {upto}: "
          f"{result.replayed} exchange{'s' if result.replayed != 1 else ''} served from the "
          f"recording, {result.live} live{rewrite}")

@@ -118,6 +118,8 @@ class ForkResult:
     #: how the request that stopped the fork differed from its recording
     #: (the replay's explanation, ``matching.explain``), when it did
     explanation: ExplanationJSON | None = None
+    #: live requests that named no model where the rewrite looks (sent as they came)
+    not_rewritten: int = 0
 
     def cost(self, prices: PriceTable) -> float | None:
         """US dollars for the live tokens at ``live_model``'s price, or None."""
@@ -132,7 +134,7 @@ class ForkResult:
                 "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
                 "cost_usd": self.cost(prices), "wall_s": round(self.duration_s, 3),
                 "verify_status": self.verify_status, "verify_output": self.verify_output,
-                "explanation": self.explanation}
+                "not_rewritten": self.not_rewritten, "explanation": self.explanation}
 
 
 async def fork(parent_path: Path, settings: ForkSettings, *,
@@ -295,7 +297,8 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                               or k == "equivalent" or k == "substituted"),
                           len(live), engine.stats.rewritten, result.exit_status, engine.stopped,
                           unreachable, input_tokens, output_tokens,
-                          time.monotonic() - t0, verify_status, verify_output, explanation)
+                          time.monotonic() - t0, verify_status, verify_output, explanation,
+                          engine.stats.not_rewritten)
     raise AssertionError("unreachable")  # (the stack above always returns or raises)
 
 
