@@ -57,7 +57,7 @@ from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
 from wiretape.redaction import STANDARD, Facts, Rules, secret_values
-from wiretape.scrub.places import redact_entry, rules_redactor
+from wiretape.scrub.places import redact_entry, rules_redactor, unique
 from wiretape.snapshot.tree import compare as compare_trees
 from wiretape.snapshot.tree import walk
 from wiretape.store.locate import new_run_id, runs_dir, store_paths
@@ -273,9 +273,11 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
         await listeners.close()
         await recorder.aclose()
         await engine.replayer.finish()
-        redact = rules_redactor(rules, Facts())
+        found = Facts()
+        redact = rules_redactor(rules, found)
         run.finish(result.exit_status, redact(result.stdout, "stdout"),
                    redact(result.stderr, "stderr"))
+        run.add_redactions(unique(found.items))
         if sandbox is not None:
             _store_outcome(run, sandbox, snapshot_ids, rules, path)
         verify_status, verify_output = None, ""
