@@ -21,7 +21,7 @@ import typing
 __version__ = "0.1.0"
 
 if typing.TYPE_CHECKING:
-    from wiretape.api import Run, record, record_async, replay, replay_async
+    from wiretape.api import Run, compare, fork, record, record_async, replay, replay_async
     from wiretape.attach import RecordingProxy, ReplayingProxy, recording, replaying
     from wiretape.errors import (
         CommandNotFound,
@@ -35,12 +35,14 @@ if typing.TYPE_CHECKING:
         UsageError,
         WiretapeError,
     )
+    from wiretape.launch.fork import ForkResult
     from wiretape.model import Origin
     from wiretape.playback.verdict import Verdict
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "CommandNotFound": "wiretape.errors",
+    "ForkResult": "wiretape.launch.fork",
     "Interrupted": "wiretape.errors",
     "InvalidUpstream": "wiretape.errors",
     "Origin": "wiretape.model",
@@ -55,6 +57,8 @@ _EXPORTS = {
     "UsageError": "wiretape.errors",
     "Verdict": "wiretape.playback.verdict",
     "WiretapeError": "wiretape.errors",
+    "compare": "wiretape.api",
+    "fork": "wiretape.api",
     "record": "wiretape.api",
     "record_async": "wiretape.api",
     "recording": "wiretape.attach",
@@ -65,6 +69,7 @@ _EXPORTS = {
 
 __all__ = [
     "CommandNotFound",
+    "ForkResult",
     "Interrupted",
     "InvalidUpstream",
     "Origin",
@@ -80,6 +85,8 @@ __all__ = [
     "Verdict",
     "WiretapeError",
     "__version__",
+    "compare",
+    "fork",
     "record",
     "record_async",
     "recording",

@@ -28,6 +28,7 @@ from wiretape.playback.verdict import Verdict
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
+    from wiretape.launch.fork import ForkResult
     from wiretape.launch.intercept import InterceptionArguments
     from wiretape.launch.record import RecordResult
     from wiretape.launch.replay import ReplaySettings
@@ -37,6 +38,8 @@ __all__ = [
     "ModeName",
     "PaceName",
     "Run",
+    "compare",
+    "fork",
     "record",
     "record_async",
     "replay",
@@ -360,3 +363,42 @@ def replay(
         run, argv, mode=mode, pace=pace, substitutions=substitutions,
         allow_substitutions=allow_substitutions, port=port, ports=ports, cwd=cwd,
         max_body=max_body, stdout=stdout, stderr=stderr))
+
+
+def fork(run: str | os.PathLike[str], *, after: int, model: str | None = None,
+         upstreams: Mapping[str, str] | None = None, out: str | os.PathLike[str] | None = None,
+         verify: str | None = None) -> ForkResult:
+    """Run ``run``'s agent again on its restored files: its first ``after``
+    exchanges answered from the recording (each must match), the rest by
+    the live origins (``upstreams``: origin name to URL, default the
+    recorded ones), their model rewritten to ``model`` when given.
+    ``verify``: a shell command run in the sandbox afterwards.
+
+        result = wiretape.fork("run_0123456789ab", after=1, model="gpt-4o")
+        result.path, result.live, result.input_tokens, result.stopped
+
+    The fork is a run file of its own (``result.path``). A request before
+    ``after`` that does not match stops the fork: ``result.stopped`` says
+    which, ``result.explanation`` how it differed. Returns the ForkResult.
+    Raises RunNotFound, RunFileError, UsageError (``after`` beyond the
+    recording, no upstream reachable), CommandNotFound, PortInUse."""
+    from wiretape.launch.fork import ForkSettings
+    from wiretape.launch.fork import fork as run_fork
+
+    settings = ForkSettings(after, model=model, upstreams=tuple((upstreams or {}).items()),
+                            out=Path(out) if out is not None else None, verify=verify)
+    return _run_sync("fork", run_fork(run_path(run), settings, echo_stdout=io.BytesIO(),
+                                      echo_stderr=io.BytesIO()))
+
+
+def compare(run: str | os.PathLike[str], *, after: int, models: Sequence[str], verify: str,
+            jobs: int = 1, upstreams: Mapping[str, str] | None = None) -> list[ForkResult]:
+    """One :func:`fork` per model of ``models``, each in its own sandbox on
+    free ports (``jobs`` at a time), ``verify`` run in each afterwards
+    (``result.verify_status`` 0: passed). Returns the results in the order
+    of ``models``. Raises as :func:`fork`."""
+    from wiretape.launch.fork import compare as run_compare
+
+    return _run_sync("compare", run_compare(run_path(run), after, list(models), verify,
+                                            jobs=jobs,
+                                            upstreams=tuple((upstreams or {}).items())))

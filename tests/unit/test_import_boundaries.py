@@ -99,7 +99,8 @@ def test_a_replay_from_python_loads_no_upstream_client(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args", [["--help"], ["record", "--help"], ["replay", "--help"],
-                                  ["check", "--help"], ["show", "--help"]])
+                                  ["check", "--help"], ["show", "--help"], ["fork", "--help"],
+                                  ["compare", "--help"]])
 def test_help_loads_none_of_the_engine(args: list[str]) -> None:
     # `python -X importtime` names every module the process imported.
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "wiretape", *args],

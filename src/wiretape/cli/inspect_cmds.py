@@ -84,7 +84,33 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
                      "unused": v.unused}
                     for v in ov.verdicts],
         "import_notes": json.loads(info.extra.get("import_notes", "[]")),
+        "fork": _fork_json(info.extra),
+        "checkpoints": list(ov.checkpoints),
     }
+
+
+def _fork_json(extra: dict[str, str]) -> dict[str, object] | None:
+    """A fork's parent, its ``--from`` and the model rewrite (None: not a fork)."""
+    if "fork_parent" not in extra:
+        return None
+    upto = extra.get("fork_from", "")
+    return {"parent": extra["fork_parent"], "from": int(upto) if upto.isdigit() else None,
+            "model": extra.get("fork_model") or None}
+
+
+def fork_line(extra: dict[str, str]) -> str | None:
+    """``forked from run_x: exchanges 0-0 served from it (exact), the rest
+    live, model rewritten to M``; None for a run that is not a fork."""
+    fork = _fork_json(extra)
+    if fork is None:
+        return None
+    upto = fork["from"]
+    served = ("none served from it" if upto == 0 else
+              f"exchanges #0-#{int(str(upto)) - 1} served from it" if isinstance(upto, int)
+              else "some exchanges served from it")
+    model = (f", the live requests' model rewritten to {fork['model']}" if fork["model"]
+             else "")
+    return f"  forked from {fork['parent']} at {upto}: {served}, the rest live{model}"
 
 
 @click.command()
@@ -95,7 +121,8 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
 def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
     """Show RUN as a timeline (one row per exchange: offset, time to first
     byte, duration, model, stop reason, tokens, excerpt, tool calls), the
-    tool-call ledger and the replays; or one exchange whole.
+    tool-call ledger, the checkpoints a fork can start from (N: after the
+    first N exchanges) and the replays; or one exchange whole.
 
     \b
     Example:
@@ -126,6 +153,9 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
         _echo(escaped(line))
     for note in json.loads(ov.info.extra.get("import_notes", "[]")):
         _echo(f"  import note: {printable(str(note))}")
+    said = fork_line(ov.info.extra)
+    if said is not None:
+        _echo(escaped(printable(said)))
     for line in table(text.timeline_rows(ov.rows), text.TIMELINE_HEADER):
         _echo(escaped(line))
     for exchange in ov.exchanges:
@@ -133,6 +163,8 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
             _echo(escaped(line))
     for line in text.ledger_lines(ov.ledger, escaped.style):
         _echo(escaped(line))
+    _echo(f"checkpoints (wiretape fork {printable(ov.info.run_id)} --from N): "
+          + " ".join(str(n) for n in ov.checkpoints))
     if ov.verdicts:
         _echo(click.style(f"replays: {len(ov.verdicts)}", bold=True))
         for v in ov.verdicts:
@@ -146,24 +178,32 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
               help="HTML file to write (default: <run-id>.html here).")
 def report(run: str, out: Path | None) -> None:
     """Write RUN as one self-contained HTML page: the waterfall of its
-    exchanges, the conversation, the tool-call ledger, and its replays with
-    their divergences side by side. Opens offline; it loads nothing.
+    exchanges, the conversation, the tool-call ledger, its replays with
+    their divergences side by side, and its forks (`wiretape fork`,
+    `wiretape compare`: the run files beside it and in the runs folder)
+    as one comparison. Opens offline; it loads nothing.
 
     \b
     Example:
       wiretape report run_0123456789ab -o run.html
     """
+    from wiretape.cli.fork_cmds import price_table
+    from wiretape.inspect.forks import forks_of
     from wiretape.inspect.report import render
+    from wiretape.store.locate import runs_dir
 
     if out is not None:
         check_folder(out)  # before the run is read
     ov = _read(run, "reading")
+    forks = forks_of(ov.info.run_id, [ov.path.parent, runs_dir()])
     page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts,
-                  {e.seq: e.messages for e in ov.exchanges if e.messages})
+                  {e.seq: e.messages for e in ov.exchanges if e.messages}, forks=forks,
+                  prices=price_table())
     target = out or Path(f"{ov.info.run_id}.html")
     write_whole(target, text_bytes(page))
     counts = (_count(len(ov.rows), "exchange"), _count(len(ov.ledger.entries), "tool call"),
-              _count(len(ov.verdicts), "replay"))
+              _count(len(ov.verdicts), "replay"),
+              *([_count(len(forks), "fork")] if forks else []))
     click.echo(f"wiretape: report of {printable(ov.info.run_id)} ({', '.join(counts)}) -> "
                f"{target}", err=True)
 

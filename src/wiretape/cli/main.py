@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from wiretape import __version__
-from wiretape.cli import inspect_cmds, render, secrets_cmds
+from wiretape.cli import fork_cmds, inspect_cmds, render, secrets_cmds
 from wiretape.cli.check_cmd import check
 from wiretape.errors import EXIT_NOT_SAVED, EXIT_USAGE, UsageError, WiretapeError
 from wiretape.limits import DEFAULT_MAX_BODY
@@ -659,17 +659,23 @@ def diff(run_a: str, run_b: str, as_json: bool) -> None:
 @cli.command()
 @click.option("--keep-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where to put the demo run (default .wiretape/runs).")
-def demo(keep_dir: Path | None) -> None:
+@click.option("--compare", "with_compare", is_flag=True,
+              help="Then fork a run of the agent after its first turn onto two scripted "
+                   "models and print the comparison (wiretape compare).")
+def demo(keep_dir: Path | None, with_compare: bool) -> None:
     """Record the bundled example agent against the built-in fake provider,
     stop the provider, replay, and print the verdict. Offline, no key.
 
     \b
     Example:
       wiretape demo
+      wiretape demo --compare
     """
+    from wiretape.cli.fork_cmds import compare_lines
     from wiretape.demo import run_demo
 
-    sys.exit(run_demo(keep_dir, _say, summarise=render.record_summary, style=click.style))
+    sys.exit(run_demo(keep_dir, _say, summarise=render.record_summary, style=click.style,
+                      compare_table=compare_lines if with_compare else None))
 
 
 # Showing what an agent did: show, report, export, import.
@@ -680,6 +686,9 @@ cli.add_command(check)
 
 # Secrets left in runs: scrub, scan.
 secrets_cmds.register(cli)
+
+# From a point of a recording onto a live model: fork, compare.
+fork_cmds.register(cli)
 
 
 def _printable_streams() -> None:

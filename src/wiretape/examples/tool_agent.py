@@ -1,7 +1,8 @@
 """An example agent: a tool loop over streaming OpenAI chat completions.
 
 It owns two tools (``read_file`` from a small bundled workspace, ``add`` two
-numbers) and the loop that runs them until the model answers in text. It must
+numbers; with ``--write`` a third, ``write_file``) and the loop that runs
+them until the model answers in text. It must
 not know about wiretape: it is the program under test in the demo and the
 end-to-end tests, and talks to its provider through the real ``openai`` SDK
 built with ``OpenAI()``, so ``OPENAI_BASE_URL`` decides where requests go and
@@ -81,6 +82,20 @@ def add(arguments: Mapping[str, object], workspace: Path) -> str:
     return json.dumps(a + b)
 
 
+def write_file(arguments: Mapping[str, object], workspace: Path) -> str:
+    """Write ``arguments["content"]`` to ``arguments["path"]`` inside ``workspace``."""
+    given = str(arguments.get("path", ""))
+    root = workspace.resolve()
+    path = (root / given).resolve()
+    if not path.is_relative_to(root):
+        return f"error: {given!r} is outside the workspace"
+    try:
+        path.write_text(str(arguments.get("content", "")), encoding="utf-8")
+    except OSError:
+        return f"error: cannot write {given!r}"
+    return f"wrote {given}"
+
+
 def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -134,9 +149,23 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-def run_tool(name: str, arguments_json: str, workspace: Path) -> str:
+#: Offered only with ``--write``: a tool that changes the workspace.
+WRITE_TOOL = Tool(
+    "write_file",
+    "Write a text file in the workspace (replacing it).",
+    {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    },
+    write_file,
+)
+
+
+def run_tool(name: str, arguments_json: str, workspace: Path,
+             tools: Mapping[str, Tool] = TOOLS) -> str:
     """The result text the model gets back for one call; errors are results too."""
-    tool = TOOLS.get(name)
+    tool = tools.get(name)
     if tool is None:
         return f"error: there is no tool named {name!r}"
     try:
@@ -186,13 +215,14 @@ def _call_param(call: _PendingCall) -> ChatCompletionMessageToolCallParam:
 
 
 def _complete(
-    client: OpenAI, model: str, messages: Sequence[ChatCompletionMessageParam]
+    client: OpenAI, model: str, messages: Sequence[ChatCompletionMessageParam],
+    tools: Mapping[str, Tool] = TOOLS,
 ) -> _ModelTurn:
     """One streamed completion, with tool-call deltas joined by their ``index``."""
     stream = client.chat.completions.create(
         model=model,
         messages=messages,
-        tools=[tool.schema() for tool in TOOLS.values()],
+        tools=[tool.schema() for tool in tools.values()],
         stream=True,
         stream_options={"include_usage": True},
     )
@@ -217,8 +247,9 @@ def run_agent(
     model: str = DEFAULT_MODEL,
     workspace: Path = WORKSPACE,
     log: Callable[[str], None] = lambda line: None,
+    tools: Mapping[str, Tool] = TOOLS,
 ) -> str:
-    """Ask ``question``, run the tools the model calls, and return its text answer.
+    """Ask ``question``, run the ``tools`` the model calls, and return its text answer.
 
     Raises :class:`AgentGaveUp` after ``MAX_STEPS`` completions without one.
     """
@@ -227,13 +258,13 @@ def run_agent(
         {"role": "user", "content": question},
     ]
     for _ in range(MAX_STEPS):
-        turn = _complete(client, model, messages)
+        turn = _complete(client, model, messages, tools)
         messages.append(turn.message())
         if not turn.calls:
             return turn.text
         for call in turn.calls:
             log(f"tool {call.name} {call.arguments}")
-            result = run_tool(call.name, call.arguments, workspace)
+            result = run_tool(call.name, call.arguments, workspace, tools)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     raise AgentGaveUp(MAX_STEPS)
 
@@ -249,6 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--workspace", type=Path, default=WORKSPACE, help="directory read_file reads"
     )
+    parser.add_argument(
+        "--write", action="store_true", help="also offer write_file, which changes the workspace"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("OPENAI_API_KEY", "sk-wiretape-example")
     client = OpenAI()
@@ -258,7 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         answer = run_agent(
-            client, args.question, model=args.model, workspace=args.workspace, log=log
+            client, args.question, model=args.model, workspace=args.workspace, log=log,
+            tools={**TOOLS, WRITE_TOOL.name: WRITE_TOOL} if args.write else TOOLS,
         )
     except AgentGaveUp as exc:
         print(f"tool_agent: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from wiretape.inspect.checkpoints import checkpoints
 from wiretape.inspect.formats import ExchangeView, read_exchange
 from wiretape.inspect.ledger import Ledger, build_ledger
 from wiretape.inspect.timeline import TimelineRow, timeline, tool_label
@@ -28,6 +29,8 @@ class RunOverview:
     rows: tuple[TimelineRow, ...]
     ledger: Ledger
     verdicts: tuple[Verdict, ...]
+    #: where the run can be forked from (``inspect.checkpoints``)
+    checkpoints: tuple[int, ...] = ()
 
 
 def overview(path: Path, advance: Callable[[], None] = lambda: None,
@@ -42,10 +45,11 @@ def overview(path: Path, advance: Callable[[], None] = lambda: None,
             views.append((exchange.seq, read_exchange(exchange)))
             advance()
         verdicts = [v for v in (verdict_of(run, r["id"]) for r in run.replays()) if v is not None]
+        points = checkpoints(run)
     kinds = {e.seq: e.kind for e in exchanges}
     return RunOverview(path, info, tuple(exchanges), dict(views),
                        tuple(timeline(info, exchanges, views)),
                        build_ledger([(seq, v) for seq, v in views if kinds[seq] == "model"],
                                     [(e.seq, tool_label(e)) for e in exchanges
                                      if e.kind == "tool"]),
-                       tuple(verdicts))
+                       tuple(verdicts), tuple(points))

@@ -1,7 +1,8 @@
 """``wiretape report``: one self-contained HTML page of a run — a summary,
 the timeline as a waterfall (time to first byte, then stream, per
-exchange), the tool-call ledger, the conversation, and the replays with
-their verdicts and divergences side by side.
+exchange), the tool-call ledger, the conversation, the replays with
+their verdicts and divergences side by side, and the run's forks as one
+comparison table (model, verify, tokens, cost).
 
 The page references nothing outside itself: styles and the small script
 are inline in ``report_template.html`` (package data), and a
@@ -20,8 +21,11 @@ from importlib import resources
 from string import Template
 
 from wiretape import __version__
+from wiretape.inspect.forks import ForkSummary
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
+from wiretape.inspect.prices import DEFAULT as DEFAULT_PRICES
+from wiretape.inspect.prices import PriceTable, cost_text
 from wiretape.inspect.summary import message_summary
 from wiretape.inspect.timeline import TimelineRow, tool_url
 from wiretape.model import COMPARED_FACETS, TOOL_ORIGIN_PREFIX, ReplayRow, RunInfo, facets
@@ -354,10 +358,41 @@ def replays(verdicts: Sequence[Verdict]) -> str:
     return "\n".join(out)
 
 
+def forks_table(forks: Sequence[ForkSummary], prices: PriceTable) -> str:
+    """The run's forks as one comparison table (empty: no section)."""
+    if not forks:
+        return ""
+    rows = []
+    for f in forks:
+        if f.verify_status is None:
+            verify = '<td class="muted">-</td>'
+        else:
+            word = "pass" if f.verify_status == 0 else "fail"
+            verify = (f'<td data-verify="{f.verify_status}"><span class="badge {word}">'
+                      f'{word.upper()}</span> ({f.verify_status})</td>')
+        tokens = ["—" if n is None else str(n) for n in (f.input_tokens, f.output_tokens)]
+        wall = "-" if f.duration_s is None else f"{f.duration_s:.1f} s"
+        rows.append(f'<tr data-fork="{_e(f.run_id)}"><td class="mono">{_e(f.model or "?")}</td>'
+                    f"{verify}<td>{_e(f.exit_status)}</td><td>{f.upto}</td><td>{f.live}</td>"
+                    f"<td>{tokens[0]}</td><td>{tokens[1]}</td>"
+                    f"<td>{_e(cost_text(f.cost(prices)))}</td><td>{_e(wall)}</td>"
+                    f'<td class="mono">{_e(f.run_id)}</td></tr>')
+    commands = sorted({f.verify for f in forks if f.verify})
+    said = (f'<div class="muted">verify: <code>{_e("; ".join(commands))}</code></div>'
+            if commands else "")
+    return ('<h2 id="forks">Forks</h2>' + said
+            + "<table><thead><tr><th>model</th><th>verify</th><th>agent exit</th><th>from</th>"
+              "<th>live</th><th>tokens in</th><th>tokens out</th><th>cost</th><th>wall</th>"
+              "<th>run</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
 def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
            views: Mapping[int, ExchangeView], ledger: Ledger, verdicts: Sequence[Verdict],
-           sessions: Mapping[int, Sequence[WsMessage]] | None = None) -> str:
-    """The whole page; ``sessions``: the WebSocket messages by exchange seq."""
+           sessions: Mapping[int, Sequence[WsMessage]] | None = None,
+           forks: Sequence[ForkSummary] = (), prices: PriceTable = DEFAULT_PRICES) -> str:
+    """The whole page; ``sessions``: the WebSocket messages by exchange
+    seq; ``forks``: the run's forks, shown as one comparison (costs at
+    ``prices``) after the replays."""
     template = Template(resources.files("wiretape.inspect").joinpath("report_template.html")
                         .read_text(encoding="utf-8"))
     # The key shapes are masked even in a run recorded before they were
@@ -369,7 +404,7 @@ def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
         version=_e(__version__), title=_e(f"wiretape {info.run_id}"),
         summary=summary(info, path, rows, ledger, verdicts), waterfall=waterfall(rows, sessions),
         ledger=ledger_table(ledger), conversation=conversation(rows, views, sessions),
-        replays=replays(verdicts),
+        replays=replays(verdicts) + forks_table(forks, prices),
         footer=_e(f"wiretape {__version__} · run {info.run_id} · report written "
                   f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M:%S')}"),
     ), keep="\n\t"), "report")

@@ -4,6 +4,8 @@
     # wiretape.toml                      # pyproject.toml
     allow = ["ids", "clock"]             [tool.wiretape]
     outcome-ignore = [".cache/*"]        allow = ["ids", "key-order"]
+    [prices]                             [tool.wiretape.prices]
+    "my-model" = { input = 0.5, output = 2.0 }   # US dollars per million tokens
 
 The first folder, going up from the given one, that holds either file ends
 the search (``wiretape.toml`` first); a ``pyproject.toml`` without the table
@@ -20,17 +22,20 @@ from wiretape.errors import UsageError
 from wiretape.matching.correspond import parse_allowances
 
 #: The keys a project may set.
-KEYS = ("allow", "outcome-ignore")
+KEYS = ("allow", "outcome-ignore", "prices")
 
 
 @dataclass(frozen=True)
 class ProjectConfig:
     """What a project asks of every replay: allowances (ALLOWANCES names)
-    and outcome patterns to leave out; ``source`` is the file, if any."""
+    and outcome patterns to leave out; ``prices``: model to (input,
+    output) US dollars per million tokens, over the built-in table
+    (``inspect.prices``); ``source`` is the file, if any."""
 
     allow: frozenset[str] = frozenset()
     outcome_ignore: tuple[str, ...] = ()
     source: Path | None = None
+    prices: tuple[tuple[str, tuple[float, float]], ...] = ()
 
 
 def find(start: Path) -> ProjectConfig:
@@ -73,7 +78,26 @@ def _read(path: Path, table: str | None) -> ProjectConfig:
         allowed = parse_allowances(",".join(allow), f"{where} (allow)")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    return ProjectConfig(allowed, tuple(ignore), path)
+    return ProjectConfig(allowed, tuple(ignore), path,
+                         _prices(settings.get("prices", {}), where))
+
+
+def _prices(value: object, where: str) -> tuple[tuple[str, tuple[float, float]], ...]:
+    """``[prices]``: a table of model name to ``{ input = N, output = N }``
+    (US dollars per million tokens, numbers of 0 or more)."""
+    example = 'e.g. [prices] "my-model" = { input = 0.5, output = 2.0 }'
+    if not isinstance(value, dict):
+        raise UsageError(f"prices in {where} must be a table, {example}")
+    out = []
+    for model, price in value.items():
+        ok = (isinstance(price, dict) and set(price) == {"input", "output"}
+              and all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+                      for v in price.values()))
+        if not ok:
+            raise UsageError(f"the price of {model!r} in {where} must give input and output "
+                             f"in US dollars per million tokens, {example}")
+        out.append((str(model), (float(price["input"]), float(price["output"]))))
+    return tuple(out)
 
 
 def _strings(value: object, key: str, where: str) -> list[str]:

@@ -72,8 +72,14 @@ class Recorder:
 
     def __init__(self, run: RunFile, *, on_exchange: Callable[[Exchange], None] | None = None,
                  options: UpstreamOptions | None = None, rules: Rules = STANDARD,
-                 spool_at: int | None = None, close_timeout: float | None = None) -> None:
-        """``spool_at``: bytes of a response body held in memory before it
+                 spool_at: int | None = None, close_timeout: float | None = None,
+                 first_seq: int = 0,
+                 rewrite: Callable[[Request], Request] | None = None) -> None:
+        """``first_seq``: the sequence number of the first exchange (a fork's
+        live exchanges follow those served from its parent). ``rewrite``:
+        what is sent upstream instead of the agent's request (a fork's model
+        rewrite); the exchange stores the agent's request as it came.
+        ``spool_at``: bytes of a response body held in memory before it
         is written in parts as it streams (``proxy.spool``; default
         ``WIRETAPE_SPOOL_BYTES`` from the environment, else 8 MiB).
         ``close_timeout``: seconds a WebSocket session's closing handshake
@@ -84,7 +90,8 @@ class Recorder:
                                else _close_timeout_from_env())
         self._spool_at = spool_at if spool_at is not None else _spool_at_from_env()
         self._rules = rules
-        self._seq = itertools.count(0)
+        self._seq = itertools.count(first_seq)
+        self._rewrite = rewrite
         self._options = options or UpstreamOptions()
         self._client = upstream.new_client(self._options)
         self._on_exchange = on_exchange
@@ -151,7 +158,8 @@ class Recorder:
         response: Response | None = None
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:
-            outgoing = upstream.build_request(root, host, request, self._options.resolve)
+            sent = self._rewrite(request) if self._rewrite is not None else request
+            outgoing = upstream.build_request(root, host, sent, self._options.resolve)
             origin_resp = await self._client.send(outgoing)
         except (httpx.TimeoutException, httpx.TransportError, httpx.InvalidURL) as exc:
             ending = (

@@ -435,6 +435,13 @@ class RunFile:
         (RunInfo.credential_env); never their values."""
         self._set_meta({"credential_env": list(names)})
 
+    def add_extra(self, values: Mapping[str, str]) -> None:
+        """Add ``values`` to the run's ``extra`` metadata (RunInfo.extra:
+        strings), keeping what is there."""
+        extra = dict(self._meta().get("extra", {}))
+        extra.update(values)
+        self._set_meta({"extra": extra})
+
     def set_connect_report(self, report: ConnectReportJSON) -> None:
         """What the forward proxy saw (ConnectReport.to_json): intercepted
         hosts, tunnels (host, port, byte counts), rejected certificates."""

@@ -26,6 +26,10 @@ stream when the body asks (``"stream": true``), Gemini by its path. Streams
 are written one SSE event per HTTP chunk, with ``delay`` seconds between
 events, so a proxy that buffers can be caught.
 
+A model may have a script of its own (``models={"fake-fixer": [...]}``): a
+request naming it (its ``model`` member, or Gemini's path) plays that
+script; :func:`fork_models` holds two for forks of the demo agent.
+
 Every id and timestamp is derived from the 1-based turn number (turn 3:
 ``chatcmpl-fake-0003``, ``resp_fake_0003``, ``msg_fake_0003``,
 ``fake-gemini-0003``; its first call ``call_fake_3_0``, ``fc_fake_3_0``,
@@ -73,12 +77,15 @@ from wiretape.testing.cli import main
 from wiretape.testing.openai_embeddings import EMBEDDING_DIMENSIONS
 from wiretape.testing.playbook import ReceivedRequest
 from wiretape.testing.script import (
+    FIXER_MODEL,
+    IDLE_MODEL,
     ScriptError,
     TextTurn,
     ToolCall,
     ToolCallTurn,
     Turn,
     demo_script,
+    fork_models,
     load_script,
     script_from_json,
     script_to_json,
@@ -90,6 +97,8 @@ __all__ = [
     "CREATED",
     "DEFAULT_DELAY",
     "EMBEDDING_DIMENSIONS",
+    "FIXER_MODEL",
+    "IDLE_MODEL",
     "AsyncFakeProvider",
     "FakeProvider",
     "ReceivedRequest",
@@ -99,6 +108,7 @@ __all__ = [
     "ToolCallTurn",
     "Turn",
     "demo_script",
+    "fork_models",
     "load_script",
     "main",
     "script_from_json",

@@ -1,6 +1,7 @@
 """``python -m wiretape.testing``: the fake provider as a process.
 
-This module owns the command line (``--port``, ``--script``, ``--delay-ms``),
+This module owns the command line (``--port``, ``--script``, ``--model``,
+``--delay-ms``),
 the one line it prints once the port is bound (``listening URL``), serving
 until SIGTERM or SIGINT, and turning a :class:`wiretape.errors.WiretapeError`
 into a message on stderr and its exit code. It must not know any wire format
@@ -14,11 +15,11 @@ import argparse
 import asyncio
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from wiretape.errors import WiretapeError
-from wiretape.testing.script import Turn, demo_script, load_script
+from wiretape.testing.script import ScriptError, Turn, demo_script, fork_models, load_script
 from wiretape.testing.server import DEFAULT_DELAY, AsyncFakeProvider
 
 
@@ -35,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
         "--script", type=Path, help="JSON script file (default: the demo agent's script)"
     )
     parser.add_argument(
+        "--model", dest="models", action="append", default=[], metavar="NAME=FILE",
+        help="a JSON script played for requests naming model NAME (repeatable; with neither "
+             "--script nor --model: the demo's, and the fork models fake-fixer and fake-idle)",
+    )
+    parser.add_argument(
         "--delay-ms",
         type=float,
         default=DEFAULT_DELAY * 1000,
@@ -43,8 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve_until_signalled(script: Sequence[Turn], port: int, delay: float) -> int:
-    provider = AsyncFakeProvider(script, port=port, delay=delay)
+async def _serve_until_signalled(script: Sequence[Turn], port: int, delay: float,
+                                 models: Mapping[str, Sequence[Turn]] | None = None) -> int:
+    provider = AsyncFakeProvider(script, port=port, delay=delay, models=models)
     await provider.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -63,7 +70,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         script = load_script(args.script) if args.script else demo_script()
-        return asyncio.run(_serve_until_signalled(script, args.port, args.delay_ms / 1000))
+        models: dict[str, Sequence[Turn]] = {}
+        for pair in args.models:
+            name, eq, file = pair.partition("=")
+            if not eq or not name or not file:
+                raise ScriptError(f"invalid --model {pair!r}: expected NAME=FILE")
+            models[name] = load_script(Path(file))
+        if not args.script and not args.models:
+            models = dict(fork_models())
+        return asyncio.run(_serve_until_signalled(script, args.port, args.delay_ms / 1000,
+                                                  models))
     except WiretapeError as exc:
         print(f"wiretape fake provider: {exc}", file=sys.stderr)
         return exc.exit_code

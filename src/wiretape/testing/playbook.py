@@ -127,12 +127,42 @@ def _text_of(value: JSON) -> str:
 # the script being played (thread-safe)
 
 
-class Playbook:
-    """The turns left to play and the requests received, behind one lock."""
+def _model_of(target: str, request: Mapping[str, JSON]) -> str | None:
+    """The model a request asks for: its JSON ``model`` member, else the
+    ``models/NAME:`` segment of its path."""
+    model = request.get("model")
+    if isinstance(model, str):
+        return model
+    path = target.split("?", 1)[0]
+    if "/models/" in path and ":" in path.rsplit("/models/", 1)[1]:
+        return path.rsplit("/models/", 1)[1].split(":", 1)[0]
+    return None
 
-    def __init__(self, script: Sequence[Turn]) -> None:
+
+@dataclass
+class _Played:
+    """A model's own script and how many of its turns were played."""
+
+    turns: tuple[Turn, ...]
+    played: int = 0
+
+
+class Playbook:
+    """The turns left to play and the requests received, behind one lock.
+
+    ``models`` gives a model name its own script (played with its own turn
+    count, from 1): a request asking for that model plays it, any other
+    request the default ``script``. Ids and timestamps of the k-th model's
+    turns are those of turn 100 k + n, so they never collide with the
+    default script's in one conversation. So one provider serves "models" that
+    behave differently from the same point of a conversation."""
+
+    def __init__(self, script: Sequence[Turn],
+                 models: Mapping[str, Sequence[Turn]] | None = None) -> None:
         self._turns = tuple(script)
         self._played = 0
+        #: per model: its turns, and how many of them were played
+        self._models = {name: _Played(tuple(turns)) for name, turns in (models or {}).items()}
         self._requests: list[ReceivedRequest] = []
         self._lock = threading.Lock()
 
@@ -171,20 +201,31 @@ class Playbook:
             return error_reply(route.errors, BAD_REQUEST, message), None
         if isinstance(route, _ComputedRoute):
             return route.render(request, len(body)), None
-        if self._played >= len(self._turns):
+        own = self._models.get(_model_of(target, request) or "")
+        turns, played = (own.turns, own.played) if own is not None else (self._turns,
+                                                                          self._played)
+        if played >= len(turns):
             message = (
-                f"wiretape fake provider: script exhausted: all {len(self._turns)} turns were "
+                f"wiretape fake provider: script exhausted: all {len(turns)} turns were "
                 f"played before this request to {target}"
             )
             return error_reply(route.errors, EXHAUSTED, message), None
-        turn = self._turns[self._played]
-        self._played += 1
+        turn = turns[played]
+        played += 1
+        if own is not None:
+            own.played = played
+        else:
+            self._played = played
         said = _text_of(route.last_message(request))
         if turn.expect is not None and turn.expect not in said:
             message = (
-                f"wiretape fake provider: turn {self._played} expects the last message to contain "
+                f"wiretape fake provider: turn {played} expects the last message to contain "
                 f"{turn.expect!r}, but it was {said[:200]!r}"
             )
-            return error_reply(route.errors, BAD_REQUEST, message), self._played
-        answer = Answer(self._played, turn, request, len(body), target)
-        return route.render(answer), self._played
+            return error_reply(route.errors, BAD_REQUEST, message), played
+        # A model's own turns number from 101 (the second model's from 201):
+        # their ids never collide with the default script's in one conversation.
+        number = played if own is None else played + 100 * (1 + list(self._models).index(
+            next(name for name, p in self._models.items() if p is own)))
+        answer = Answer(number, turn, request, len(body), target)
+        return route.render(answer), played

@@ -140,3 +140,24 @@ def demo_script() -> list[Turn]:
         ToolCallTurn([ToolCall("add", {"a": 17, "b": 25})], expect="apples: 17"),
         TextTurn("There are 42 pieces of fruit: 17 apples and 25 pears.", expect="42"),
     ]
+
+
+#: The two scripted "models" :func:`fork_models` plays.
+FIXER_MODEL = "fake-fixer"
+IDLE_MODEL = "fake-idle"
+
+
+def fork_models() -> dict[str, list[Turn]]:
+    """Two "models" for forks of the demo agent's run after its first turn
+    (``read_file inventory.txt``), run with ``--write``: ``fake-fixer``
+    adds the counts and writes ``total: 42`` to ``report.txt``;
+    ``fake-idle`` answers at once and changes nothing."""
+    return {
+        FIXER_MODEL: [
+            ToolCallTurn([ToolCall("add", {"a": 17, "b": 25})], expect="apples: 17"),
+            ToolCallTurn([ToolCall("write_file", {"path": "report.txt",
+                                                  "content": "total: 42\n"})], expect="42"),
+            TextTurn("report.txt now says total: 42.", expect="wrote report.txt"),
+        ],
+        IDLE_MODEL: [TextTurn("The report looks right to me.", expect="apples: 17")],
+    }

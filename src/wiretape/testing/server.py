@@ -20,7 +20,7 @@ import contextlib
 import errno
 import ssl
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
@@ -103,6 +103,8 @@ class AsyncFakeProvider:
 
     ``script`` is played in request arrival order; ``port`` 0 picks a free port;
     ``delay`` is the pause in seconds between two events of a streamed response;
+    ``models`` gives a model name a script of its own (a request naming that
+    model, in its ``model`` member or Gemini's path, plays it);
     ``ssl_context``, a server-side :class:`ssl.SSLContext` holding the server's
     certificate chain and key, makes it serve HTTPS (``url`` then starts with
     ``https://``). Use ``async with AsyncFakeProvider(script) as fp:`` or
@@ -116,8 +118,9 @@ class AsyncFakeProvider:
         port: int = 0,
         delay: float = DEFAULT_DELAY,
         ssl_context: ssl.SSLContext | None = None,
+        models: Mapping[str, Sequence[Turn]] | None = None,
     ) -> None:
-        self._playbook = Playbook(script)
+        self._playbook = Playbook(script, models)
         self._wanted_port = port
         self._delay = delay
         self._ssl_context = ssl_context
@@ -245,8 +248,10 @@ class FakeProvider:
         port: int = 0,
         delay: float = DEFAULT_DELAY,
         ssl_context: ssl.SSLContext | None = None,
+        models: Mapping[str, Sequence[Turn]] | None = None,
     ) -> None:
-        self._core = AsyncFakeProvider(script, port=port, delay=delay, ssl_context=ssl_context)
+        self._core = AsyncFakeProvider(script, port=port, delay=delay, ssl_context=ssl_context,
+                                       models=models)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None

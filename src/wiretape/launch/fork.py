@@ -1,0 +1,456 @@
+"""A fork: the agent run again on its parent's restored files, its first
+``upto`` model turns answered from the parent's recording (strict: each
+must match), every later one forwarded to a live origin and recorded.
+
+The fork is itself a run file, written by the run writer like a recording:
+the parent's snapshots (the state the agent starts from), the exchanges
+served from the parent under their own sequence numbers, the live ones
+after them, and the agent's end and outcome. Its metadata says what it is
+(``extra``: ``fork_parent`` the parent's run id, ``fork_from`` N,
+``fork_model`` the model the live requests were rewritten to, or empty;
+with a verify command, ``fork_verify`` and ``fork_verify_status``),
+so it can be shown, replayed, diffed and forked again.
+
+``compare`` runs one fork per model, each in its own sandbox, runs a
+verify command in each afterwards, and gathers one row per model.
+
+This module may import both the recording and the replay side: the
+replay path itself imports neither (pyproject.toml's contracts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+from urllib.parse import urlsplit
+
+from wiretape import __version__
+from wiretape.errors import Interrupted, PortInUse, RunFileError, UsageError
+from wiretape.inspect.forks import usage_of
+from wiretape.inspect.formats import read_exchange
+from wiretape.inspect.prices import PriceTable
+from wiretape.launch import config, isolate, trust
+from wiretape.launch.child import Child, Interrupts, run_child
+from wiretape.launch.origins import child_environment
+from wiretape.launch.record import _create_run, _kept_contents
+from wiretape.launch.replay import (
+    ReplaySettings,
+    _plan_replay,
+    clock_tolerance,
+    live_redactor,
+    recorded_span,
+)
+from wiretape.launch.sandbox import Sandbox, sweep_stale
+from wiretape.model import Ending, Exchange, ExplanationJSON, Origin, Redaction, RunInfo
+from wiretape.origins import UpstreamOptions, parse_upstream
+from wiretape.playback.decide import Mode, Policy
+from wiretape.proxy.fork import Fork
+from wiretape.proxy.record import Recorder
+from wiretape.proxy.server import Listeners
+from wiretape.proxy.shapes import error_response
+from wiretape.redaction import STANDARD, Facts, Rules, secret_values
+from wiretape.scrub.places import redact_entry, rules_redactor, unique
+from wiretape.snapshot.tree import compare as compare_trees
+from wiretape.snapshot.tree import walk
+from wiretape.store.locate import new_run_id, runs_dir, store_paths
+from wiretape.store.runfile import RunFile
+
+#: Seconds a connection to an upstream may take when it is checked before
+#: the agent starts.
+REACH_TIMEOUT_S = 5.0
+#: Bytes of a verify command's output kept (its end).
+VERIFY_OUTPUT_MAX = 4000
+
+
+@dataclass(frozen=True)
+class ForkSettings:
+    """How a fork is made. ``upto``: exchanges served from the parent
+    (0 to its count); ``model``: the model live requests are sent with
+    (None: as the agent asks); ``upstreams``: (origin name, URL) overrides
+    of the recorded upstreams; ``any_port``: listen on free ports rather
+    than the recorded ones (parallel forks); ``verify``: a shell command run
+    in the sandbox copy of the agent's working directory after it exits."""
+
+    upto: int
+    model: str | None = None
+    upstreams: tuple[tuple[str, str], ...] = ()
+    out: Path | None = None
+    any_port: bool = False
+    verify: str | None = None
+    same_paths: bool | None = None
+    upstream_options: UpstreamOptions = field(default_factory=UpstreamOptions)
+
+
+@dataclass
+class ForkResult:
+    """What a fork produced. Token counts are summed over the live
+    exchanges' usage fields (None: none reported); ``duration_s`` seconds
+    of wall time, the verify command's included."""
+
+    run_id: str
+    path: Path
+    parent_id: str
+    upto: int
+    model: str | None
+    #: the model the live requests named (the rewrite's, else the agent's own)
+    live_model: str | None
+    replayed: int
+    live: int
+    rewritten: int
+    exit_status: int | None
+    #: why the fork stopped early (a divergence before ``upto``), if it did
+    stopped: str | None
+    #: live exchanges no origin answered: (origin name, error) each
+    unreachable: list[tuple[str, str]]
+    input_tokens: int | None
+    output_tokens: int | None
+    duration_s: float
+    verify_status: int | None = None
+    verify_output: str = ""
+    #: how the request that stopped the fork differed from its recording
+    #: (the replay's explanation, ``matching.explain``), when it did
+    explanation: ExplanationJSON | None = None
+    #: live requests that named no model where the rewrite looks (sent as they came)
+    not_rewritten: int = 0
+
+    def cost(self, prices: PriceTable) -> float | None:
+        """US dollars for the live tokens at ``live_model``'s price, or None."""
+        return prices.cost(self.live_model, self.input_tokens, self.output_tokens)
+
+    def to_json(self, prices: PriceTable) -> dict[str, object]:
+        return {"run_id": self.run_id, "path": str(self.path), "parent": self.parent_id,
+                "from": self.upto, "model": self.live_model, "rewrite": self.model,
+                "replayed": self.replayed, "live": self.live, "rewritten": self.rewritten,
+                "exit_status": self.exit_status, "stopped": self.stopped,
+                "unreachable": [list(u) for u in self.unreachable],
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cost_usd": self.cost(prices), "wall_s": round(self.duration_s, 3),
+                "verify_status": self.verify_status, "verify_output": self.verify_output,
+                "not_rewritten": self.not_rewritten, "explanation": self.explanation}
+
+
+async def fork(parent_path: Path, settings: ForkSettings, *,
+               echo_stdout: BinaryIO | None = None, echo_stderr: BinaryIO | None = None,
+               on_listening: Callable[[list[Origin]], None] | None = None,
+               handle_signals: bool = False) -> ForkResult:
+    """Fork the run at ``parent_path`` after its first ``settings.upto``
+    exchanges (see the module's docstring). However it ends, the ports, the
+    sandbox and an agent still running are given back; a fork that began
+    keeps its run file.
+
+    ``handle_signals`` (one fork in the main thread, as the command line
+    runs it): SIGINT and SIGTERM go to the agent's group while it runs,
+    as in a recording (its exit status says how it took them); before it
+    starts they end the fork with Interrupted. Without it, a cancellation
+    (``compare``'s, on SIGINT) stops the agent and gives everything back.
+
+    Raises RunFileError, UsageError (``--from`` beyond the recording, no
+    upstream reachable, a bad ``--upstream``), CommandNotFound, PortInUse,
+    Interrupted.
+    """
+    interrupts = Interrupts() if handle_signals else None
+    with interrupts or contextlib.nullcontext():
+        try:
+            return await _fork(parent_path, settings, echo_stdout, echo_stderr, on_listening,
+                               interrupts)
+        except asyncio.CancelledError:
+            if interrupts is None or not interrupts.cancelled or interrupts.signum is None:
+                raise
+            interrupts.uncancel()
+            raise Interrupted(interrupts.signum, "before the fork's agent started; nothing "
+                                                 "was forwarded") from None
+
+
+async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO | None,
+                echo_stderr: BinaryIO | None,
+                on_listening: Callable[[list[Origin]], None] | None,
+                interrupts: Interrupts | None) -> ForkResult:
+    t0 = time.monotonic()
+    sweep_stale()
+    async with contextlib.AsyncExitStack() as stack:
+        parent = RunFile.open(parent_path)
+        stack.callback(parent.close)
+        info = parent.info()
+        if info.intercept:
+            raise UsageError(f"run {info.run_id} was recorded with --intercept: a fork serves "
+                             "base URLs only, so its agent would reach the providers past it; "
+                             "record the agent with base URLs (--upstream) to fork it")
+        exchanges = sorted(parent.exchanges(), key=lambda e: e.seq)
+        upto = settings.upto
+        if not 0 <= upto <= len(exchanges):
+            raise UsageError(
+                f"--from {upto} is beyond run {info.run_id}: it has {len(exchanges)} "
+                f"exchange{'s' if len(exchanges) != 1 else ''}; give --from 0 to "
+                f"{len(exchanges)} (`wiretape show {info.run_id}` lists its checkpoints)")
+        upstreams = _upstreams(info, settings.upstreams)
+        await _check_reachable(upstreams, exchanges[upto:],
+                               settings.upstream_options)
+        command, sandbox, launch = _plan_replay(
+            stack, parent, parent_path, info, None,
+            ReplaySettings(same_paths=settings.same_paths), cwd=None, serve_only=False)
+        assert command is not None
+        project = config.find(Path(info.cwd) if os.path.isdir(info.cwd) else Path.cwd())
+        allow = frozenset(info.allow) | project.allow
+        policy = Policy(mode=Mode.STRICT, substitutions=launch.substitutions,
+                        allow_substitutions="paths" in allow, allow=allow - {"paths"},
+                        clock_tolerance_s=clock_tolerance(info), recorded_span=recorded_span(info))
+        run_id = new_run_id()
+        path = settings.out if settings.out is not None else runs_dir() / f"{run_id}.wtape"
+        if path.exists():
+            raise RunFileError(path, "it already exists and is never overwritten; "
+                               "choose another -o path", verb="write")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rules = STANDARD.with_literals(secret_values(os.environ))
+        extra = {**trust.here(), "fork_parent": info.run_id, "fork_from": str(upto),
+                 "fork_model": settings.model or ""}
+        fork_info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=info.argv,
+                            cwd=info.cwd, env_names=info.env_names, origins=info.origins,
+                            started_at_ns=time.time_ns(), mode="record", extra=extra,
+                            allow=info.allow, credential_env=info.credential_env)
+        run = _create_run(path, fork_info)
+        stack.callback(run.close, compact=True)
+        snapshot_ids = _copy_snapshots(parent, run)
+        stopping = asyncio.Event()
+        child: Child | None = None
+
+        def stop(reason: str) -> None:
+            stopping.set()
+            if child is not None:
+                task = asyncio.get_running_loop().create_task(child.stop(reason))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+
+        pending: set[asyncio.Task[None]] = set()
+        facts: dict[int, list[Redaction]] = {}
+        for seq, fact in parent.redactions():
+            if seq is not None and seq < upto:
+                facts.setdefault(seq, []).append(fact)
+        engine = Fork(run, parent, exchanges[:upto], upto, policy,
+                      redactor=live_redactor(parent), on_stop=stop, model=settings.model,
+                      facts=facts)
+        recorder = Recorder(run, options=settings.upstream_options, rules=rules,
+                            first_seq=upto, rewrite=engine.outgoing)
+        engine.recorder = recorder
+        stack.push_async_callback(recorder.aclose)
+        await recorder.warm_up()
+        listeners = Listeners()
+        stack.push_async_callback(listeners.close)
+        origins = await _bind(listeners, info.origins, upstreams, engine, settings.any_port)
+        run.set_origins(origins)
+        if on_listening is not None:
+            on_listening(origins)
+        env, _ = child_environment([(o.upstream, o.port, o.env_vars) for o in origins])
+        env = launch.environment(env)
+        argv = launch.argv
+        isolated = (isolate.prepare(launch.isolation, os.environ)
+                    if launch.isolation is not None else None)
+        if isolated is not None:
+            stack.callback(isolated.close)
+            env = {**env, **isolated.env}
+            argv = isolated.command(argv)
+        cwd = launch.cwd
+        start_in = cwd if os.path.isdir(cwd) or sandbox is None else sandbox.map_path(cwd)
+
+        def started(c: Child) -> None:
+            nonlocal child
+            child = c
+            if stopping.is_set():
+                stop(engine.stopped or "stopped")
+
+        result = await run_child(stack, argv, cwd=start_in, env=env, echo_stdout=echo_stdout,
+                                 echo_stderr=echo_stderr, interrupts=interrupts,
+                                 started=started)
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        await listeners.close()
+        await recorder.aclose()
+        await engine.replayer.finish()
+        found = Facts()
+        redact = rules_redactor(rules, found)
+        run.finish(result.exit_status, redact(result.stdout, "stdout"),
+                   redact(result.stderr, "stderr"))
+        run.add_redactions(unique(found.items))
+        if sandbox is not None:
+            _store_outcome(run, sandbox, snapshot_ids, rules, path)
+        verify_status, verify_output = None, ""
+        if settings.verify is not None:
+            verify_status, verify_output = await _verify(settings.verify, launch.isolation,
+                                                         sandbox, cwd)
+            run.add_extra({"fork_verify": settings.verify,
+                           "fork_verify_status": str(verify_status)})
+        live = [e for e in run.exchanges() if e.seq >= upto]
+        input_tokens, output_tokens = usage_of(live)
+        live_model = settings.model or next(
+            (m for m in (read_exchange(e).request.model for e in live) if m), None)
+        unreachable = [(e.origin, e.error or e.ending.value) for e in live
+                       if e.ending in (Ending.ORIGIN_UNREACHABLE, Ending.TIMEOUT)]
+        explanation = next((row["detail"].get("explanation") for row in engine.replayer.rows
+                            if row["kind"] != "exact"), None)
+        return ForkResult(run_id, path, info.run_id, upto, settings.model, live_model,
+                          sum(1 for k in engine.stats.replayed if k == "exact"
+                              or k == "equivalent" or k == "substituted"),
+                          len(live), engine.stats.rewritten, result.exit_status, engine.stopped,
+                          unreachable, input_tokens, output_tokens,
+                          time.monotonic() - t0, verify_status, verify_output, explanation,
+                          engine.stats.not_rewritten)
+    raise AssertionError("unreachable")  # (the stack above always returns or raises)
+
+
+def _upstreams(info: RunInfo, overrides: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Each recorded origin's live upstream: ``--upstream NAME=URL``, else
+    the recorded one. Raises UsageError for a name the run did not record,
+    InvalidUpstream for a bad URL."""
+    names = {o.name for o in info.origins}
+    chosen = {o.name: o.upstream for o in info.origins}
+    for name, url in overrides:
+        if name not in names:
+            raise UsageError(f"--upstream names origin {name!r}, which run {info.run_id} did "
+                             f"not record (its origins: {', '.join(sorted(names))})")
+        parse_upstream(url)
+        chosen[name] = url
+    return chosen
+
+
+async def _check_reachable(upstreams: dict[str, str], exchanges: Sequence[Exchange],
+                           options: UpstreamOptions) -> None:
+    """Open (and close) a connection to each upstream the agent is expected
+    to need (the origins of ``exchanges``), before anything starts. Raises
+    UsageError naming the first one that cannot be reached."""
+    for name in dict.fromkeys(e.origin for e in exchanges):
+        url = upstreams.get(name)
+        if url is None:
+            continue
+        root, _, _ = parse_upstream(url)
+        parts = urlsplit(url)
+        hostname = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        address = options.resolve.get(hostname, (hostname, port))
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(*address),
+                                               REACH_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+            raise UsageError(f"cannot reach upstream {name} at {root} ({why}): start it, or "
+                             f"give a reachable one with --upstream {name}=URL") from None
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def _bind(listeners: Listeners, origins: Sequence[Origin], upstreams: dict[str, str],
+                engine: Fork, any_port: bool) -> list[Origin]:
+    """Listen for each recorded origin (its recorded port when free and
+    ``any_port`` is False, else any free one); the upstream is the live one."""
+    bound = []
+    for origin in origins:
+        upstream = upstreams[origin.name]
+        _, _, base = parse_upstream(upstream)
+
+        async def listen(port: int, name: str = origin.name, upstream: str = upstream,
+                         base: str = base) -> int:
+            return await listeners.listen(
+                port, lambda conn_id: engine.handler(name, upstream, conn_id),
+                lambda status, code, message: error_response(base.encode(), status, code,
+                                                             message))
+
+        try:
+            port = await listen(0 if any_port else origin.port)
+        except PortInUse:
+            port = await listen(0)
+        bound.append(Origin(origin.name, upstream, port, origin.env_vars))
+    return bound
+
+
+def _copy_snapshots(parent: RunFile, run: RunFile) -> dict[int, int]:
+    """The parent's snapshots stored again in the fork's run (the state it
+    starts from), with the policy they were taken by: parent id to fork id."""
+    ids = {}
+    for snapshot_id, root, entries in parent.snapshots():
+        ids[snapshot_id] = run.add_snapshot(root, entries)
+    policy, left_out = parent.snapshot_policy()
+    if policy is not None:
+        run.set_snapshot_policy(policy, {int(k): [(p, r) for p, r in v]
+                                         for k, v in left_out.items() if int(k) in ids})
+    return ids
+
+
+def _store_outcome(run: RunFile, sandbox: Sandbox, ids: dict[int, int],
+                   rules: Rules, path: Path) -> None:
+    """What the agent changed in each sandbox copy, stored as the fork's
+    outcome (redacted as a recording's is)."""
+    for copy in sandbox.copies:
+        after = {e.path: redact_entry(e, rules_redactor(rules, Facts()), "outcome")
+                 for e in walk(copy.copy, exclude=store_paths(path), policy=sandbox.policy)}
+        changes = compare_trees({e.path: e for e in copy.entries}, after)
+        run.set_outcome_changes(ids.get(copy.snapshot_id, copy.snapshot_id), changes,
+                                _kept_contents(changes, after))
+
+
+async def _verify(command: str, isolation: isolate.Isolation | None, sandbox: Sandbox | None,
+                  cwd: str) -> tuple[int, str]:
+    """Run ``command`` (``sh -c``) as the agent ran: in its sandbox, at the
+    original paths when the agent saw them there. Returns its exit status
+    and the end of its output (stdout and stderr together)."""
+    argv = ["sh", "-c", command]
+    env = dict(os.environ)
+    start_in = cwd if sandbox is None else sandbox.map_path(cwd)
+    isolated = None
+    if isolation is not None and isolation.binds:
+        isolated = isolate.prepare(isolation, os.environ)
+        argv = isolated.command(argv)
+        env = {**env, **isolated.env}
+        start_in = cwd if os.path.isdir(cwd) else start_in
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv, cwd=start_in, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True)
+        output, _ = await process.communicate()
+    finally:
+        if isolated is not None:
+            isolated.close()
+    text = output.decode("utf-8", "replace")
+    return process.returncode if process.returncode is not None else -1, \
+        text[-VERIFY_OUTPUT_MAX:]
+
+
+async def compare(parent_path: Path, upto: int, models: Sequence[str], verify: str, *,
+                  jobs: int = 1, upstreams: tuple[tuple[str, str], ...] = (),
+                  upstream_options: UpstreamOptions | None = None,
+                  on_done: Callable[[ForkResult], None] | None = None,
+                  out_dir: Path | None = None) -> list[ForkResult]:
+    """One fork per model of ``models`` from ``upto``, each in its own
+    sandbox and on free ports, at most ``jobs`` at a time, ``verify`` run
+    in each sandbox after its agent exits; the run files go to ``out_dir``
+    as ``fork-MODEL-TIME.wtape`` (default: the runs folder, by run id). Returns the
+    results in the order of ``models``. Raises as :func:`fork` (the first
+    error met)."""
+    if not models:
+        raise UsageError("--models needs at least one model, e.g. --models gpt-4o,gpt-4o-mini")
+    gate = asyncio.Semaphore(max(1, jobs))
+    options = upstream_options or UpstreamOptions()
+
+    async def one(model: str) -> ForkResult:
+        async with gate:  # (the agents' output is kept in their runs, not echoed)
+            name = re.sub(r"[^A-Za-z0-9._-]", "_", model)
+            out = out_dir / f"fork-{name}-{time.strftime('%Y%m%d-%H%M%S')}.wtape" \
+                if out_dir is not None else None
+            result = await fork(parent_path, ForkSettings(
+                upto, model=model, upstreams=upstreams, out=out, any_port=True, verify=verify,
+                upstream_options=options), echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO())
+        if on_done is not None:
+            on_done(result)
+        return result
+
+    return list(await asyncio.gather(*(one(m) for m in models)))
+
+
+__all__ = ["ForkResult", "ForkSettings", "compare", "fork"]

@@ -1,0 +1,205 @@
+"""``wiretape fork`` and ``wiretape compare`` on real processes and sockets:
+the example agent (the real openai SDK in a tool loop, with its write_file
+tool) recorded against the scripted fake provider, then forked after its
+first turn onto the fake provider's two scripted "models" (``fake-fixer``
+fixes report.txt, ``fake-idle`` does not), on the restored files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wiretape.inspect.prices import PriceTable
+from wiretape.store.runfile import RunFile
+from wiretape.testing import FIXER_MODEL, IDLE_MODEL, FakeProvider, demo_script, fork_models
+
+pytestmark = pytest.mark.timeout(180)
+
+QUESTION = "How many pieces of fruit are listed in inventory.txt?"
+VERIFY = "grep -q 'total: 42' report.txt"
+
+
+def wiretape(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=150, stdin=subprocess.DEVNULL)
+
+
+def make_project(root: Path) -> Path:
+    project = root / "project"
+    project.mkdir()
+    (project / "inventory.txt").write_text("apples: 17\npears: 25\n")
+    (project / "report.txt").write_text("total: 40\n")
+    return project
+
+
+def record(project: Path, out: Path, *extra: str) -> None:
+    with FakeProvider(demo_script()) as fp:
+        done = wiretape("record", "-o", str(out), "--upstream", f"openai={fp.url}/v1", *extra,
+                        "--", sys.executable, "-m", "wiretape.examples.tool_agent", "--write",
+                        "--workspace", ".", QUESTION, cwd=project)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def parent(tmp_path: Path) -> tuple[Path, Path]:
+    """(project, run): the example agent recorded in a project (3 exchanges)."""
+    project = make_project(tmp_path)
+    run = tmp_path / "parent.wtape"
+    record(project, run)
+    return project, run
+
+
+def test_fork_serves_the_first_turn_from_the_recording_then_goes_live(
+        parent: tuple[Path, Path], tmp_path: Path) -> None:
+    project, run = parent
+    out = tmp_path / "fork.wtape"
+    with FakeProvider([], models=fork_models()) as live:
+        done = wiretape("fork", str(run), "--from", "1", "--model", FIXER_MODEL,
+                        "--upstream", f"openai={live.url}/v1", "-o", str(out),
+                        "--verify", VERIFY, "--json", cwd=tmp_path)
+        received = live.requests
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["replayed"], result["live"], result["rewritten"]) == (1, 3, 3)
+    assert result["verify_status"] == 0 and result["exit_status"] == 0
+    assert result["model"] == FIXER_MODEL and result["rewrite"] == FIXER_MODEL
+    assert result["input_tokens"] > 0 and result["output_tokens"] > 0
+    assert "model rewritten to fake-fixer on 3 live requests" in done.stderr
+    # Only the live turns reached the provider, each asking for the rewritten model.
+    assert [r.json()["model"] for r in received] == [FIXER_MODEL] * 3
+    # The user's project is untouched: the agent wrote into its sandbox.
+    assert (project / "report.txt").read_text() == "total: 40\n"
+    with RunFile.open(run) as p, RunFile.open(out) as f:
+        recorded, forked = p.exchanges(), f.exchanges()
+        info = f.info()
+        changes = f.outcome_changes()
+    assert [e.seq for e in forked] == [0, 1, 2, 3]
+    # Exchange 0 is the parent's, byte for byte; the live ones store what the agent sent.
+    assert forked[0].request == recorded[0].request
+    assert forked[0].response == recorded[0].response
+    assert all(json.loads(e.request.body)["model"] == "gpt-4o-mini" for e in forked)
+    assert info.extra["fork_parent"] == p_id(run)
+    assert (info.extra["fork_from"], info.extra["fork_model"]) == ("1", FIXER_MODEL)
+    assert [c["path"] for rows in changes.values() for c in rows] == ["report.txt"]
+    # The fork is a run of its own: shown with its parent, and replayed exact offline.
+    shown = json.loads(wiretape("show", str(out), "--json", cwd=tmp_path).stdout)
+    assert shown["fork"] == {"parent": p_id(run), "from": 1, "model": FIXER_MODEL}
+    replayed = wiretape("replay", str(out), cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    assert "recorded 4, exact 4" in replayed.stderr
+
+
+def p_id(run: Path) -> str:
+    with RunFile.open(run) as r:
+        return r.info().run_id
+
+
+def test_show_lists_the_checkpoints(parent: tuple[Path, Path], tmp_path: Path) -> None:
+    _, run = parent
+    shown = wiretape("show", str(run), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert f"checkpoints (wiretape fork {p_id(run)} --from N): 0 1 2 3" in shown.stdout
+    assert json.loads(wiretape("show", str(run), "--json", cwd=tmp_path).stdout)[
+        "checkpoints"] == [0, 1, 2, 3]
+
+
+def test_compare_prints_one_pass_and_one_fail(parent: tuple[Path, Path],
+                                              tmp_path: Path) -> None:
+    _, run = parent
+    (tmp_path / "wiretape.toml").write_text(
+        '[prices]\n"fake-fixer" = { input = 1.0, output = 2.0 }\n')
+    with FakeProvider([], models=fork_models()) as live:
+        done = wiretape("compare", str(run), "--from", "1", "--models",
+                        f"{FIXER_MODEL},{IDLE_MODEL}", "--verify", VERIFY, "-j", "2",
+                        "--upstream", f"openai={live.url}/v1", "--json", cwd=tmp_path)
+        table = wiretape("compare", str(run), "--from", "1", "--models", IDLE_MODEL,
+                         "--verify", VERIFY, "--upstream", f"openai={live.url}/v1",
+                         cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    forks = {f["model"]: f for f in report["forks"]}
+    assert [f["model"] for f in report["forks"]] == [FIXER_MODEL, IDLE_MODEL]
+    assert forks[FIXER_MODEL]["verify_status"] == 0
+    assert forks[IDLE_MODEL]["verify_status"] == 1
+    assert (forks[FIXER_MODEL]["live"], forks[IDLE_MODEL]["live"]) == (3, 1)
+    fixer = forks[FIXER_MODEL]
+    assert fixer["cost_usd"] == pytest.approx(
+        (fixer["input_tokens"] * 1.0 + fixer["output_tokens"] * 2.0) / 1e6)
+    assert forks[IDLE_MODEL]["cost_usd"] is None
+    assert "no price for model fake-idle" in done.stderr
+    assert "1 of 2 models passed verify" in done.stderr
+    # Every model failing verify is a failure; the table says which and why.
+    assert table.returncode == 1, table.stderr
+    header, row = table.stdout.splitlines()
+    assert header.split()[:3] == ["model", "verify", "agent"]
+    assert row.split()[:3] == [IDLE_MODEL, "FAIL", "(1)"]
+    assert "—" in row and row.split()[-1].startswith("run_")
+    assert "0 of 1 model passed verify" in table.stderr
+    # The parent's report includes the comparison, read back from the forks' run files.
+    reported = wiretape("report", str(run), "-o", str(tmp_path / "parent.html"), cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    assert "3 forks" in reported.stderr
+    page = (tmp_path / "parent.html").read_text()
+    for fork in report["forks"]:
+        row = page.split(f'<tr data-fork="{fork["run_id"]}">', 1)[1].split("</tr>", 1)[0]
+        assert f'data-verify="{fork["verify_status"]}"' in row
+        assert f'<td class="mono">{fork["model"]}</td>' in row
+    assert f"${fixer['cost_usd']:.4f}" in page
+
+
+def test_a_fork_whose_turn_before_n_diverges_stops_and_names_it(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    run = tmp_path / "parent.wtape"
+    record(project, run, "--no-snapshot")  # the fork reads the live files
+    (project / "inventory.txt").write_text("apples: 18\npears: 25\n")
+    with FakeProvider([], models=fork_models()) as live:
+        done = wiretape("fork", str(run), "--from", "2", "--model", FIXER_MODEL, "-o",
+                        str(tmp_path / "fork.wtape"), "--upstream", f"openai={live.url}/v1",
+                        cwd=tmp_path)
+        assert live.requests == []
+    assert done.returncode == 3, done.stderr
+    assert "stopped before --from 2: diverged request POST /v1/chat/completions" in done.stderr
+    assert "apples: 18" in done.stderr and "read_file" in done.stderr
+
+
+def test_bad_input_is_one_line(parent: tuple[Path, Path], tmp_path: Path) -> None:
+    _, run = parent
+    beyond = wiretape("fork", str(run), "--from", "9", cwd=tmp_path)
+    assert beyond.returncode == 2
+    assert beyond.stderr.strip().splitlines() == [
+        f"wiretape: error: --from 9 is beyond run {p_id(run)}: it has 3 exchanges; give "
+        f"--from 0 to 3 (`wiretape show {p_id(run)}` lists its checkpoints)"]
+    with FakeProvider([]) as gone:
+        url = gone.url  # a port that was just given back: nothing listens there
+    nowhere = wiretape("fork", str(run), "--from", "1", "--upstream", f"openai={url}/v1",
+                       cwd=tmp_path)
+    assert nowhere.returncode == 2
+    lines = nowhere.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"wiretape: error: cannot reach upstream "
+                                                   f"openai at {url}"), lines
+    assert not list(tmp_path.glob(".wiretape/runs/*.wtape"))
+
+
+def test_the_price_table_knows_dated_names_and_says_nothing_of_unknown_ones() -> None:
+    table = PriceTable.with_overrides({"fake-fixer": (1.0, 2.0)}, "wiretape.toml")
+    assert table.price("gpt-4o-mini-2024-07-18") == table.price("gpt-4o-mini") == (0.15, 0.60)
+    assert table.price("gpt-4o-2024-08-06") == (2.50, 10.00)
+    assert table.price("gpt-4o-mini-tts") is None
+    assert table.cost("fake-fixer", 1000, 500) == pytest.approx(0.002)
+    assert table.cost("no-such-model", 1000, 500) is None
+
+
+def test_the_python_api_forks_a_run_at_its_end_offline(parent: tuple[Path, Path],
+                                                       tmp_path: Path) -> None:
+    import wiretape
+
+    _, run = parent
+    result = wiretape.fork(run, after=3, out=tmp_path / "whole.wtape", verify=VERIFY)
+    assert (result.replayed, result.live, result.stopped) == (3, 0, None)
+    assert result.exit_status == 0 and result.verify_status == 1  # the recording fixed nothing
+    assert (result.input_tokens, result.output_tokens) == (None, None)
+    assert result.path == tmp_path / "whole.wtape" and result.parent_id == p_id(run)

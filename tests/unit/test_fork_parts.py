@@ -1,0 +1,67 @@
+"""The pure parts of forking: the model rewrite on the way upstream, the
+project's price overrides, and the fake provider's per-model scripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from wiretape.errors import UsageError
+from wiretape.launch import config
+from wiretape.model import Request
+from wiretape.proxy.fork import rewrite_model
+from wiretape.testing import TextTurn
+from wiretape.testing.playbook import Playbook
+
+
+def request(body: bytes, target: bytes = b"/v1/chat/completions",
+            headers: tuple[tuple[bytes, bytes], ...] = ()) -> Request:
+    return Request(b"POST", target, headers, body)
+
+
+def test_only_the_top_level_model_value_changes() -> None:
+    body = (b'{"metadata": {"model": "gpt-4o-mini"}, "messages": [{"role": "user", '
+            b'"content": "say \\"model\\": \\"x\\""}], "model" : "gpt-4o-mini", "stream": true}')
+    out = rewrite_model(request(body), "gpt-5")
+    assert out is not None
+    assert out.body == body.replace(b'"model" : "gpt-4o-mini"', b'"model" : "gpt-5"')
+    assert json.loads(out.body)["metadata"] == {"model": "gpt-4o-mini"}
+
+
+def test_gemini_names_its_model_in_the_path() -> None:
+    target = b"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    out = rewrite_model(request(b'{"contents": []}', target), "gemini-2.5-pro")
+    assert out is not None
+    assert out.target == b"/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
+    assert out.body == b'{"contents": []}'
+
+
+def test_a_request_without_a_model_or_with_a_coded_body_is_left_alone() -> None:
+    assert rewrite_model(request(b'{"input": "hi"}', b"/v1/embeddings"), "m") is None
+    coded = request(b'{"model": "a"}', headers=((b"Content-Encoding", b"gzip"),))
+    assert rewrite_model(coded, "m") is None
+
+
+def test_project_prices_override_the_table(tmp_path: Path) -> None:
+    (tmp_path / "wiretape.toml").write_text(
+        '[prices]\n"my-model" = { input = 0.5, output = 2 }\n')
+    assert config.find(tmp_path).prices == (("my-model", (0.5, 2.0)),)
+    (tmp_path / "wiretape.toml").write_text('[prices]\n"my-model" = { input = "cheap" }\n')
+    with pytest.raises(UsageError, match=r"the price of 'my-model' in wiretape\.toml must give "
+                                         r"input and output"):
+        config.find(tmp_path)
+
+
+def test_each_model_plays_its_own_script() -> None:
+    book = Playbook([TextTurn("default")], {"m-a": [TextTurn("from a")]})
+
+    def ask(model: str) -> bytes:
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+        _, reply = book.answer("POST", "/v1/chat/completions", (), body.encode())
+        return b"".join(reply.chunks)
+
+    assert b"from a" in ask("m-a")
+    assert b"default" in ask("other")
+    assert b"script exhausted" in ask("m-a")
