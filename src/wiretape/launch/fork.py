@@ -239,6 +239,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
         recorder = Recorder(run, options=settings.upstream_options, rules=rules,
                             first_seq=upto, rewrite=engine.outgoing)
         engine.recorder = recorder
+        stack.callback(engine.close)
         stack.push_async_callback(recorder.aclose)
         await recorder.warm_up()
         listeners = Listeners()
@@ -273,6 +274,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
         await listeners.close()
         await recorder.aclose()
         await engine.replayer.finish()
+        await engine.flush()
         found = Facts()
         redact = rules_redactor(rules, found)
         run.finish(result.exit_status, redact(result.stdout, "stdout"),

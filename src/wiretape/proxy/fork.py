@@ -23,6 +23,8 @@ metadata.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import json
 import re
@@ -128,6 +130,11 @@ class Fork:
         self.recorder: Recorder | None = None
         self.replayer = _ParentTape(parent, served, policy, redactor=redactor,
                                     on_stop=self._stop, on_decision=self._decided)
+        #: copies into the fork's run, on a thread of their own (SQLite
+        #: stays off the loop), in the order decided
+        self._writer = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="wiretape-fork")
+        self._writes: list[concurrent.futures.Future[None]] = []
 
     def _stop(self, reason: str) -> None:
         self.stopped = reason
@@ -141,7 +148,25 @@ class Fork:
         if row["served"] and seq is not None and row["kind"] != Kind.DIVERGED.value:
             # Its bytes are the parent's; its start is when the fork's agent asked.
             served = replace(self._served[seq], started_at_ns=time.time_ns())
-            self._run.write_exchange(served, self._facts.get(seq, ()))
+            self._writes.append(self._writer.submit(
+                self._run.write_exchange, served, self._facts.get(seq, ())))
+
+    def close(self) -> None:
+        """Let the copies still queued finish (the run file closes after)."""
+        self._writer.shutdown(wait=True)
+
+    async def flush(self) -> None:
+        """Wait until every exchange served from the parent is in the
+        fork's run file. Raises RunFileWriteError from a copy that failed
+        (the others are still written)."""
+        try:
+            results = await asyncio.gather(*(asyncio.wrap_future(f) for f in self._writes),
+                                           return_exceptions=True)
+        finally:
+            self._writer.shutdown(wait=False)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     def outgoing(self, request: Request) -> Request:
         """What is sent upstream for a live ``request``: its model
