@@ -29,7 +29,7 @@ def verdict_of(run: RunFile, replay_id: str | None = None, *,
     info = run.info()
     rows = run.replay_requests(chosen["id"])
     exchanges = run.exchanges()
-    seqs = [e.seq for e in exchanges]
+    seqs = [e.seq for e in exchanges if e.kind != "mcp"]
     describe: dict[int, ExchangeSummary] = {
         e.seq: {"method": e.request.method.decode("latin-1"),
                 "target": e.request.target.decode("latin-1"),
@@ -42,4 +42,5 @@ def verdict_of(run: RunFile, replay_id: str | None = None, *,
         allow_substitutions=bool(chosen["settings"].get("allow_substitutions")),
         outcome=chosen["outcome"] or {}, describe=describe,
         allow=chosen["settings"].get("allow", []),
+        mcp_seqs=[e.seq for e in exchanges if e.kind == "mcp"],
     )

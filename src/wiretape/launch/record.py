@@ -40,6 +40,7 @@ from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origi
 from wiretape.limits import spool_bytes, ws_close_timeout
 from wiretape.model import DEFAULT_MAX_BODY, ConnectReportJSON, Exchange, Origin, RunInfo
 from wiretape.origins import UpstreamOptions, key_variables, parse_upstream
+from wiretape.proxy import mcp
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
 from wiretape.proxy.http1 import ErrorBody, Handler, plain_error
 from wiretape.proxy.record import Recorder
@@ -284,6 +285,8 @@ class _Recording:
     made_folder: Path | None = None
     #: writes what the forward proxy saw as it changes, off the event loop
     reports: ReportKeeper | None = None
+    #: where `wiretape mcp` shims send their stdio MCP sessions
+    hub: mcp.Hub | None = None
 
     def count_status(self, exchange: Exchange) -> None:
         """Note a stored exchange's status when it is an error (400 or
@@ -415,12 +418,18 @@ async def _prepare_record(
                         spool_at=spool_at, close_timeout=close_timeout)
     stack.push_async_callback(recorder.aclose)
     await recorder.warm_up()
+    # Stdio MCP servers the agent starts through `wiretape mcp` find the
+    # recorder here (closed before the recorder: its sessions are stored).
+    hub = mcp.Hub("record", recorder.mcp_session)
+    env[mcp.VARIABLE] = await hub.start()
+    names = [*names, mcp.VARIABLE]
+    stack.push_async_callback(hub.close)
     session = _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run,
                          recorder, listeners, connect, origins, env, names, snapshot_ids,
                          made_for_run, rules=rules, policy=snapshot_policy,
                          left_out=[(root, left) for root, _, left in taken],
                          made_folder=missing[-1] if missing and out is not None else None,
-                         reports=reports)
+                         reports=reports, hub=hub)
     return session
 
 
@@ -513,6 +522,8 @@ async def _judge_record(session: _Recording) -> None:
     nothing), then store the run's end and what the agent changed in the
     snapshotted trees."""
     await session.listeners.close()
+    if session.hub is not None:  # (its sessions are stored with the others)
+        await session.hub.close()
     await session.recorder.aclose()
     if session.reports is not None:
         await session.reports.settle()

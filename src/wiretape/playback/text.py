@@ -58,8 +58,25 @@ def verdict_line(v: Verdict) -> str:
     return (
         f"wiretape: verdict {status}{extra} ({v.mode}): recorded {v.recorded}, exact {v.exact}, "
         f"substituted {v.substituted}, {equivalent}diverged {v.diverged}, missing {v.missing}, "
-        f"unused {v.unused}{_messages_part(v)}; outcome: {outcome}{tail}"
+        f"unused {v.unused}{_messages_part(v)}{_mcp_part(v)}; outcome: {outcome}{tail}"
     )
+
+
+def _mcp_part(v: Verdict) -> str:
+    """``; mcp: sessions 1/1, exact N, ...`` when stdio MCP sessions were
+    recorded or asked for: sessions played of recorded (and those a shim
+    asked for with none left), then their messages as ``messages:``."""
+    c = v.mcp
+    if c is None:
+        return ""
+    m = c.messages
+    missing = f" (missing {c.missing})" if c.missing else ""
+    substituted = f"substituted {m.substituted}, " if m.substituted else ""
+    equivalent = f"equivalent {m.equivalent}, " if m.equivalent or v.allow else ""
+    not_sent = f" (server messages not sent: {m.not_sent})" if m.not_sent else ""
+    return (f"; mcp: sessions {c.played}/{c.recorded}{missing}, exact {m.exact}, "
+            f"{substituted}{equivalent}diverged {m.diverged}, missing {m.missing}, "
+            f"unused {m.unused}{not_sent}")
 
 
 def _messages_part(v: Verdict) -> str:
@@ -249,8 +266,9 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
         if kind == "exact":
             messages = _message_lines(row.get("detail", {}), style, v.allow)
             if messages:
+                what = "MCP" if row["method"] == "MCP" else "WebSocket"
                 lines.append(style(f"request {row['index']} {row['method']} {row['target']}: "
-                                   f"exact, its WebSocket session:", bold=True))
+                                   f"exact, its {what} session:", bold=True))
                 lines.extend(messages)
             continue
         detail = row.get("detail", {})

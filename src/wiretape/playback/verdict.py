@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NotRequired, TypedDict
+from typing import NamedTuple, NotRequired, TypedDict
 
 # The exit codes of ``wiretape replay`` live in errors (the CLI reads them
 # without loading this module); they are named here too.
@@ -55,6 +55,27 @@ class MessageCountsJSON(TypedDict):
     not_sent: int
 
 
+class McpCountsJSON(MessageCountsJSON):
+    """The stdio MCP sessions (``wiretape mcp``): how many were recorded,
+    played, asked for with none left (``missing``) and never asked for
+    (``unused``), and their JSON-RPC messages counted as WebSocket
+    messages are."""
+
+    sessions: dict[str, int]
+
+
+class McpCounts(NamedTuple):
+    """The stdio MCP sessions of a replay: recorded, played, asked for by a
+    shim with none of its server's left, recorded and never asked for;
+    and their messages (playback.messages)."""
+
+    recorded: int
+    played: int
+    missing: int
+    unused: int
+    messages: MessageCounts
+
+
 #: The verdict's JSON form (``--json``): the fields, then the derived numbers.
 VerdictJSON = TypedDict("VerdictJSON", {
     "run_id": str,
@@ -82,6 +103,7 @@ VerdictJSON = TypedDict("VerdictJSON", {
     "interrupted": str | None,
     "rules": list[LearnedJSON],
     "messages": NotRequired[MessageCountsJSON],
+    "mcp": NotRequired[McpCountsJSON],
 })
 
 
@@ -118,6 +140,20 @@ class Verdict:
     #: the WebSocket messages of the sessions replayed, counted by kind
     #: (playback.messages); None when no session was played
     messages: MessageCounts | None = None
+    #: the stdio MCP sessions (``wiretape mcp``); None when the run
+    #: recorded none and no shim asked for one
+    mcp: McpCounts | None = None
+
+    @property
+    def mcp_pass(self) -> bool:
+        """Every recorded MCP session was played and every shim found one,
+        and their messages pass as a WebSocket session's do."""
+        c = self.mcp
+        if c is None:
+            return True
+        m = c.messages
+        return (c.missing == c.unused == 0 and m.diverged == m.missing == m.unused == 0
+                and (self.allow_substitutions or m.substituted == 0))
 
     @property
     def messages_pass(self) -> bool:
@@ -137,7 +173,8 @@ class Verdict:
     def exchanges_pass(self) -> bool:
         matched = (self.exact + (self.substituted if self.allow_substitutions else 0)
                    + self.equivalent)
-        return matched == self.recorded and self.missing == 0 and self.messages_pass
+        return (matched == self.recorded and self.missing == 0 and self.messages_pass
+                and self.mcp_pass)
 
     @property
     def rules(self) -> list[LearnedJSON]:
@@ -211,6 +248,13 @@ class Verdict:
                                "equivalent": m.equivalent, "diverged": m.diverged,
                                "missing": m.missing, "unused": m.unused,
                                "not_sent": m.not_sent}
+        if self.mcp is not None:
+            c, m = self.mcp, self.mcp.messages
+            out["mcp"] = {"sessions": {"recorded": c.recorded, "played": c.played,
+                                       "missing": c.missing, "unused": c.unused},
+                          "exact": m.exact, "substituted": m.substituted,
+                          "equivalent": m.equivalent, "diverged": m.diverged,
+                          "missing": m.missing, "unused": m.unused, "not_sent": m.not_sent}
         return out
 
     def _to_json(self) -> VerdictJSON:
@@ -254,20 +298,27 @@ def compute(
     outcome: Outcome | None = None,
     describe: Mapping[int, ExchangeSummary] | None = None,
     allow: Sequence[str] = (),
+    mcp_seqs: Sequence[int] = (),
 ) -> Verdict:
     """Count the rows: each row has ``kind`` and ``seq`` (the recorded
     exchange it consumed, None for missing). ``describe`` maps a recorded
-    seq to what to show of it when it is unused."""
+    seq to what to show of it when it is unused. ``mcp_seqs``: the
+    recorded stdio MCP sessions (not in ``recorded_seqs``), counted apart
+    with the rows of method ``MCP``."""
     counts = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
     used: set[int] = set()
+    mcp_rows = [row for row in rows if row["method"] == MCP_METHOD]
+    rows_of_mcp = {id(row) for row in mcp_rows}
     for row in rows:
+        if id(row) in rows_of_mcp:
+            continue
         counts[row["kind"]] += 1
         seq = row.get("seq")
         if seq is not None:
             used.add(int(seq))
     unused = tuple(s for s in recorded_seqs if s not in used)
     sessions = [row["detail"]["messages"] for row in rows
-                if "messages" in row.get("detail", {})]
+                if "messages" in row.get("detail", {}) and id(row) not in rows_of_mcp]
     return Verdict(
         run_id=run_id,
         replay_id=replay_id,
@@ -287,7 +338,22 @@ def compute(
         equivalent=counts["equivalent"],
         allow=tuple(allow),
         messages=message_counts(sessions) if sessions else None,
+        mcp=_mcp_counts(mcp_seqs, mcp_rows) if mcp_seqs or mcp_rows else None,
     )
+
+
+#: The method of a replay row that is a stdio MCP session (``proxy.mcp``).
+MCP_METHOD = "MCP"
+
+
+def _mcp_counts(recorded: Sequence[int], rows: Sequence[ReplayRow]) -> McpCounts:
+    played = {seq for row in rows if (seq := row.get("seq")) is not None}
+    return McpCounts(
+        recorded=len(recorded), played=len(played),
+        missing=sum(1 for row in rows if row["kind"] == "missing"),
+        unused=sum(1 for seq in recorded if seq not in played),
+        messages=message_counts([row["detail"]["messages"] for row in rows
+                                 if "messages" in row.get("detail", {})]))
 
 
 def _unused(seq: int, summary: ExchangeSummary | None) -> UnusedExchange:

@@ -25,13 +25,22 @@ from wiretape.errors import WiretapeError
 from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT
 from wiretape.matching import Explanation, explain
 from wiretape.matching.correspond import Learned
-from wiretape.model import Ending, Exchange, ReplayRow, Request, RequestDetail, header_values
+from wiretape.model import (
+    MCP_ORIGIN_PREFIX,
+    Ending,
+    Exchange,
+    ReplayRow,
+    Request,
+    RequestDetail,
+    header_values,
+)
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import (
     INLINE_BYTES,
     Candidate,
     Decision,
     Kind,
+    Mode,
     Policy,
     Remaining,
     decide,
@@ -39,7 +48,7 @@ from wiretape.playback.decide import (
 )
 from wiretape.playback.messages import SessionScript, Step, message_label, never_received
 from wiretape.playback.pacing import Pace, schedule
-from wiretape.proxy import ws_replay
+from wiretape.proxy import mcp, mcp_replay, ws_replay
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responder
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.websocket import is_upgrade
@@ -144,7 +153,13 @@ class Replayer:
         self._close_timeout = close_timeout
         self.redactor = redactor or LiveRedactor()
         self._run = run
-        self._tape = Tape.of(exchanges)
+        # Stdio MCP sessions are played to `wiretape mcp`, never to a request.
+        self._tape = Tape.of([e for e in exchanges if e.kind != "mcp"])
+        #: the recorded MCP sessions left, by origin (``mcp:NAME``), in order
+        self._mcp: dict[str, list[Exchange]] = {}
+        for e in sorted(exchanges, key=lambda e: e.seq):
+            if e.kind == "mcp":
+                self._mcp.setdefault(e.origin, []).append(e)
         self._responses = tuple(e.response for e in exchanges if e.response is not None)
         #: what the recorded WebSocket sessions' servers sent (answers too)
         self._server_messages = tuple(m.payload for e in exchanges for m in e.messages
@@ -293,6 +308,69 @@ class Replayer:
         finally:  # (also when the session is cut off: what was decided is kept)
             row["detail"]["messages"] = script.result()
             self._unwritten.append((row, live, time.time_ns()))
+
+    async def mcp_session(self, hello: mcp.Hello, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        """Play the next recorded session of the MCP server ``hello`` names
+        to its shim (``proxy.mcp_replay``). The session is one row (method
+        ``MCP``, target the server's name) whose detail carries the
+        messages' decisions, written when it ends; a server with no
+        recorded session left is a missing row, and the shim is told."""
+        async with self._lock:
+            left = self._mcp.get(hello.origin, [])
+            exchange = left.pop(0) if left and self.stopped is None else None
+            row: ReplayRow = {
+                "index": next(self._idx), "kind": "exact" if exchange else "missing",
+                "seq": exchange.seq if exchange else None, "served": exchange is not None,
+                "method": mcp.METHOD.decode(), "target": hello.name,
+                "detail": {"fields": [], "header_notes": [], "body_bytes_differ": 0,
+                           "first_body_offset": None, "substitutions": []}}
+            if self.stopped is None:
+                self.rows.append(row)
+                if self._on_decision is not None:
+                    self._on_decision(row)
+        live = Request(mcp.METHOD, hello.name.encode(), (), b"")
+        if exchange is None:
+            if self.stopped is not None:
+                reason = f"wiretape: the replay has stopped ({self.stopped})"
+            else:
+                recorded = sorted(o.removeprefix(MCP_ORIGIN_PREFIX) for o in self._mcp)
+                reason = (f"wiretape replay: no recorded session of MCP server {hello.name!r} "
+                          "is left (missing; "
+                          + (f"the run recorded {', '.join(recorded)})" if recorded else
+                             "the run recorded no MCP session: record it with the server's "
+                             "command behind `wiretape mcp --`)"))
+                self._unwritten.append((row, live, time.time_ns()))
+                self._write_decided()
+                if self._policy.mode is Mode.STRICT:
+                    self.stopped = f"missing MCP session {hello.name!r}"
+                    if self._on_stop is not None:
+                        self._on_stop(self.stopped)
+            writer.write(mcp.encode({"end": reason}))
+            return
+        script = SessionScript(exchange.messages, self._policy, _Shared(self))
+
+        def redact(payload: bytes, recorded: bytes | None) -> bytes:
+            return self.redactor.text(payload, "client-message", recorded)
+
+        def stop(step: Step) -> str:
+            d = step.decision
+            spans = d.get("explanation", {}).get("spans", [])
+            where = (f" at {spans[0]['pointer'] or '/'}"
+                     if spans and spans[0]["pointer"] is not None else "")
+            label = message_label(d)  # (names the JSON-RPC method)
+            self.stopped = f"{d['kind']} {label} of MCP server {hello.name!r}{where}"
+            if self._on_stop is not None:
+                self._on_stop(self.stopped)
+            return f"wiretape replay: {label} {d['kind']}{where}"
+
+        try:
+            await mcp_replay.play(reader, writer, script, pace=self._pace, redact=redact,
+                                  on_stop=stop, lock=self._lock)
+        finally:  # (also when the session is cut off: what was decided is kept)
+            row["detail"]["messages"] = script.result()
+            self._unwritten.append((row, live, time.time_ns()))
+            self._write_decided()
 
     def _decide(self, request: Request) -> tuple[Request, Decision | None, Explanation | None]:
         """:meth:`_redact` then :meth:`_judge` (no decision: the replay has
