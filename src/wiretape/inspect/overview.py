@@ -12,6 +12,7 @@ from pathlib import Path
 
 from wiretape.inspect.formats import ExchangeView, read_exchange
 from wiretape.inspect.ledger import Ledger, build_ledger
+from wiretape.inspect.mcpcalls import McpCall, mcp_calls
 from wiretape.inspect.timeline import TimelineRow, timeline
 from wiretape.inspect.verdicts import verdict_of
 from wiretape.model import Exchange, RunInfo
@@ -28,6 +29,8 @@ class RunOverview:
     rows: tuple[TimelineRow, ...]
     ledger: Ledger
     verdicts: tuple[Verdict, ...]
+    #: the calls made to stdio MCP servers, paired with the ledger's calls
+    mcp_calls: tuple[McpCall, ...] = ()
 
 
 def overview(path: Path, advance: Callable[[], None] = lambda: None,
@@ -42,6 +45,7 @@ def overview(path: Path, advance: Callable[[], None] = lambda: None,
             views.append((exchange.seq, read_exchange(exchange)))
             advance()
         verdicts = [v for v in (verdict_of(run, r["id"]) for r in run.replays()) if v is not None]
+    ledger = build_ledger(views)
     return RunOverview(path, info, tuple(exchanges), dict(views),
-                       tuple(timeline(info, exchanges, views)), build_ledger(views),
-                       tuple(verdicts))
+                       tuple(timeline(info, exchanges, views)), ledger,
+                       tuple(verdicts), tuple(mcp_calls(exchanges, ledger)))
