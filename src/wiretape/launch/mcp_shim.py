@@ -173,15 +173,17 @@ async def _shim(host: str, port: int, token: str, name: str, argv: list[str]) ->
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.drain()
             raise
-        return await _record(reader, writer, name, [exe, *argv[1:]])
+        return await _record(reader, writer, name, [exe, *argv[1:]], argv)
     finally:
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
             writer.close()
 
 
 async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str,
-                  argv: list[str]) -> int:
-    """Start the server and relay its stdio, every line also sent on the link."""
+                  argv: list[str], given: list[str]) -> int:
+    """Start the server (``argv``: its executable found; ``given``: as the
+    agent's config gave it) and relay its stdio, every line also sent on
+    the link."""
     t0 = time.monotonic_ns()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -231,7 +233,7 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
     relay = asyncio.create_task(client_to_server())
     await server_to_client()
     if broken:
-        why = (f"MCP server {name!r} ({' '.join(argv)}) wrote {broken[0]} to stdout, where "
+        why = (f"MCP server {name!r} ({' '.join(given)}) wrote {broken[0]} to stdout, where "
                "the stdio transport carries only JSON-RPC messages, one per line: make it log "
                "to stderr")
         writer.write(mcp.encode({"error": why}))

@@ -15,6 +15,7 @@ session).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -25,6 +26,9 @@ from wiretape.playback.decide import INLINE_BYTES
 from wiretape.playback.messages import SessionScript, Step, message_label
 from wiretape.playback.pacing import Pace
 from wiretape.proxy import mcp
+
+#: Seconds a shim told that its session ends has to say so and go.
+CLOSE_GRACE = 2.0
 
 #: Redacts a live client line as the recording was, given the recorded
 #: payload it is compared with (None: there is none).
@@ -97,12 +101,14 @@ class Ids:
 async def play(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                script: SessionScript, *, pace: Pace, redact: Redact,
                on_stop: Callable[[Step], str],
-               lock: AbstractAsyncContextManager[object]) -> None:
+               lock: AbstractAsyncContextManager[object]) -> Step | None:
     """Play ``script`` to the shim on the link until its stream ends;
     ``on_stop(step)`` is called at a strict mismatch and gives the line the
     shim says; ``lock`` is held while a message that is not exact is
-    decided (the script's knowledge is the replay's). The decisions are in
-    ``script`` (also when this task is cancelled)."""
+    decided (the script's knowledge is the replay's). Returns the step that
+    ended the session (a strict stop, a missing message), once the shim
+    has gone, or None. The decisions are in ``script`` (also when this
+    task is cancelled)."""
     loop = asyncio.get_running_loop()
     ids = Ids()
 
@@ -140,10 +146,22 @@ async def play(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             reason = on_stop(step) if step.stop else (
                 f"wiretape replay: {message_label(step.decision)} (missing: nothing recorded "
                 "answers it)")
-            writer.write(mcp.encode({"end": reason}))
-            await writer.drain()
-            return
+            await end(reader, writer, reason)
+            return step
         await send(step.send, since)
+    return None
+
+
+async def end(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason: str) -> None:
+    """Tell the shim the session ends (``reason``: the line it says) and
+    give it ``CLOSE_GRACE`` seconds to say it and go, before the replay
+    goes on (a strict stop ends the agent's process group)."""
+    writer.write(mcp.encode({"end": reason}))
+    with contextlib.suppress(TimeoutError, ConnectionError, OSError, mcp.LinkError):
+        await writer.drain()
+        async with asyncio.timeout(CLOSE_GRACE):
+            while await mcp.read(reader) is not None:
+                pass
 
 
 async def _decide(script: SessionScript, live: Message,

@@ -331,6 +331,7 @@ class Replayer:
                     self._on_decision(row)
         live = Request(mcp.METHOD, hello.name.encode(), (), b"")
         if exchange is None:
+            stop_now = False
             if self.stopped is not None:
                 reason = f"wiretape: the replay has stopped ({self.stopped})"
             else:
@@ -343,10 +344,11 @@ class Replayer:
                 self._unwritten.append((row, live, time.time_ns()))
                 self._write_decided()
                 if self._policy.mode is Mode.STRICT:
-                    self.stopped = f"missing MCP session {hello.name!r}"
-                    if self._on_stop is not None:
-                        self._on_stop(self.stopped)
-            writer.write(mcp.encode({"end": reason}))
+                    self.stopped, stop_now = f"missing MCP session {hello.name!r}", True
+            # The shim says why first: a strict stop ends the agent's group.
+            await mcp_replay.end(reader, writer, reason)
+            if stop_now and self._on_stop is not None and self.stopped is not None:
+                self._on_stop(self.stopped)
             return
         script = SessionScript(exchange.messages, self._policy, _Shared(self))
 
@@ -360,17 +362,18 @@ class Replayer:
                      if spans and spans[0]["pointer"] is not None else "")
             label = message_label(d)  # (names the JSON-RPC method)
             self.stopped = f"{d['kind']} {label} of MCP server {hello.name!r}{where}"
-            if self._on_stop is not None:
-                self._on_stop(self.stopped)
             return f"wiretape replay: {label} {d['kind']}{where}"
 
         try:
-            await mcp_replay.play(reader, writer, script, pace=self._pace, redact=redact,
-                                  on_stop=stop, lock=self._lock)
+            ended = await mcp_replay.play(reader, writer, script, pace=self._pace,
+                                          redact=redact, on_stop=stop, lock=self._lock)
         finally:  # (also when the session is cut off: what was decided is kept)
             row["detail"]["messages"] = script.result()
             self._unwritten.append((row, live, time.time_ns()))
             self._write_decided()
+        # A strict stop, once the shim has said why (it is in the agent's group).
+        if ended is not None and ended.stop and self.stopped and self._on_stop is not None:
+            self._on_stop(self.stopped)
 
     def _decide(self, request: Request) -> tuple[Request, Decision | None, Explanation | None]:
         """:meth:`_redact` then :meth:`_judge` (no decision: the replay has

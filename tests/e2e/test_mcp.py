@@ -1,0 +1,242 @@
+"""Stdio MCP servers as fixtures (DESIGN.md, "MCP servers"): an agent with
+a real MCP client (the ``mcp`` SDK's stdio client, which gives its server
+a reduced environment) starts ``wiretape mcp -- notes-server`` as its
+server; ``wiretape record`` stores the session's JSON-RPC messages; a
+replay answers the agent from the run with the server's command gone from
+PATH, and a changed tool argument diverges, naming the MCP method and the
+pointer. Bad input is one line each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wiretape.testing import FakeProvider, script_from_json
+
+HERE = Path(__file__).resolve().parent / "clients_mcp"
+AGENT = str(HERE / "mcp_agent.py")
+SERVER = str(HERE / "notes_server.py")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+TURNS = [{"tool_calls": [{"name": "read_note", "arguments": {"name": "launch"}}]},
+         {"text": "The note says the code is 7-ALPHA-9.", "expect": "7-ALPHA-9"}]
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "sh", "version": "1"}}})
+
+_SCRUB = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "HTTP_PROXY", "HTTPS_PROXY",
+          "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "WIRETAPE_MCP")
+
+
+class Scene:
+    """A folder with ``bin/wiretape`` (this checkout: an MCP client passes
+    its server no PYTHONPATH), ``servers/notes-server`` (the MCP server,
+    on PATH only while recording) and a store."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.bin = root / "bin"
+        self.servers = root / "servers"
+        for folder in (self.bin, self.servers):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._script(self.bin / "wiretape",
+                     f'PYTHONPATH={SRC} exec {sys.executable} -m wiretape "$@"')
+        self._script(self.servers / "notes-server", f'exec {sys.executable} {SERVER} "$@"')
+        self.run = root / "run.wtape"
+
+    @staticmethod
+    def _script(path: Path, line: str) -> None:
+        path.write_text(f"#!/bin/sh\n{line}\n")
+        path.chmod(0o755)
+
+    def env(self, *, server_on_path: bool) -> dict[str, str]:
+        out = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+        path = [str(self.bin), *([str(self.servers)] if server_on_path else []),
+                os.environ.get("PATH", "")]
+        out.update(OPENAI_API_KEY="sk-mcp-test", PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1",
+                   WIRETAPE_HOME=str(self.root / "store"), PATH=os.pathsep.join(path),
+                   PYTHONPATH=SRC)
+        return out
+
+    def wiretape(self, *args: str, server_on_path: bool = False,
+                 timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=self.root,
+                              env=self.env(server_on_path=server_on_path), capture_output=True,
+                              text=True, timeout=timeout)
+
+    def agent(self, note: str) -> list[str]:
+        return [sys.executable, AGENT, note, "--", "wiretape", "mcp", "--name", "notes", "--",
+                "notes-server"]
+
+
+def verdict_of(stdout: str) -> dict[str, object]:
+    """The verdict ``replay --json`` printed after what the agent did."""
+    start = 0 if stdout.startswith("{") else stdout.index("\n{") + 1
+    verdict: dict[str, object] = json.loads(stdout[start:])
+    return verdict
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Scene:
+    scene = Scene(tmp_path_factory.mktemp("mcp"))
+    with FakeProvider(script_from_json(TURNS)) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", *scene.agent("launch"),
+                              server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    assert "The note says the code is 7-ALPHA-9." in done.stdout
+    return scene
+
+
+def test_the_session_is_recorded_with_its_messages(recorded: Scene) -> None:
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(recorded.run) as run:
+        exchanges = run.exchanges()
+    sessions = [e for e in exchanges if e.kind == "mcp"]
+    assert [e.origin for e in sessions] == ["mcp:notes"]
+    (session,) = sessions
+    assert json.loads(session.request.body) == {"command": ["notes-server"]}
+    methods = [json.loads(m.payload).get("method") for m in session.messages
+               if m.direction == "client"]
+    assert methods == ["initialize", "notifications/initialized", "tools/list", "tools/call"]
+    served = [json.loads(m.payload) for m in session.messages if m.direction == "server"]
+    assert served[-1]["result"]["content"][0]["text"] == "The launch code is 7-ALPHA-9."
+    offsets = [m.offset_ns for m in session.messages]
+    assert offsets == sorted(offsets) and offsets[0] >= 0
+    # the model's two calls are stored as before
+    assert [e.request.target for e in exchanges if e.kind == "model"] == [
+        b"/v1/chat/completions"] * 2
+
+
+def test_show_lists_the_mcp_call_next_to_the_models_tool_call(recorded: Scene) -> None:
+    done = recorded.wiretape("show", str(recorded.run))
+    assert done.returncode == 0, done.stderr
+    assert "MCP session of server 'notes', 7 messages (4 from the client" in done.stdout
+    ledger = next(line for line in done.stdout.splitlines() if "call_fake_1_0" in line
+                  and "read_note" in line and "completed" in line)
+    assert "mcp notes #0 message #5" in ledger
+    data = json.loads(recorded.wiretape("show", str(recorded.run), "--json").stdout)
+    calls = data["mcp_calls"]
+    assert [(c["method"], c["tool"], c["caused_by"]) for c in calls] == [
+        ("tools/list", None, None), ("tools/call", "read_note", "call_fake_1_0")]
+    assert calls[1]["arguments"] == '{"name": "launch"}'
+    assert calls[1]["result"] == "The launch code is 7-ALPHA-9."
+    report = recorded.root / "r.html"
+    assert recorded.wiretape("report", str(recorded.run), "-o", str(report)).returncode == 0
+    html = report.read_text()
+    assert "MCP session of server notes: 7 messages" in html
+    assert 'data-mcp="0:5">MCP notes #0 message #5' in html
+
+
+def test_replay_answers_from_the_run_without_the_server(recorded: Scene) -> None:
+    done = recorded.wiretape("replay", str(recorded.run), "--json", "--",
+                             *recorded.agent("launch"))
+    assert done.returncode == 0, done.stderr
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["pass"] is True
+    assert (verdict["recorded"], verdict["exact"]) == (2, 2)
+    mcp = verdict["mcp"]
+    assert mcp["sessions"] == {"recorded": 1, "played": 1, "missing": 0, "unused": 0}
+    assert (mcp["exact"], mcp["diverged"], mcp["missing"], mcp["unused"]) == (4, 0, 0, 0)
+    assert "messages" not in verdict  # (no WebSocket session)
+    line = recorded.wiretape("verdict", str(recorded.run)).stdout.splitlines()[0]
+    assert "; mcp: sessions 1/1, exact 4, diverged 0, missing 0, unused 0;" in line
+
+
+def test_a_changed_tool_argument_diverges_naming_the_method(recorded: Scene) -> None:
+    done = recorded.wiretape("replay", str(recorded.run), "--json", "--",
+                             *recorded.agent("lunch"))
+    assert done.returncode == 3, done.stderr
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["pass"] is False
+    assert (verdict["mcp"]["exact"], verdict["mcp"]["diverged"]) == (3, 1)
+    stopped = verdict["outcome"]["stopped"]["reason"]
+    assert stopped == ("diverged message #5 (client tools/call read_note) of MCP server "
+                       "'notes' at /params/arguments/name")
+    (row,) = [r for r in verdict["requests"] if r["method"] == "MCP"]
+    (decision,) = [d for d in row["detail"]["messages"]["decisions"] if d["kind"] != "exact"]
+    assert decision["method"] == "tools/call read_note"
+    span = decision["explanation"]["spans"][0]
+    assert (span["pointer"], span["recorded"], span["live"]) == (
+        "/params/arguments/name", "launch", "lunch")
+    # the shim told the agent in one line what stopped it
+    said = [line for line in done.stderr.splitlines() if line.startswith("wiretape mcp")]
+    assert said == ["wiretape mcp (notes): wiretape replay: message #5 (client tools/call "
+                    "read_note) diverged at /params/arguments/name"]
+
+
+def test_a_replay_of_a_run_without_mcp_messages_says_so(tmp_path: Path) -> None:
+    scene = Scene(tmp_path)
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", "sh", "-c", "true")
+    assert done.returncode == 0, done.stderr
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", "sh", "-c",
+                          f"echo '{INITIALIZE}' | wiretape mcp --name notes -- notes-server")
+    said = [line for line in done.stderr.splitlines() if line.startswith("wiretape mcp")]
+    assert said == ["wiretape mcp (notes): wiretape replay: no recorded session of MCP server "
+                    "'notes' is left (missing; the run recorded no MCP session: record it with "
+                    "the server's command behind `wiretape mcp --`)"]
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["pass"] is False
+    assert verdict["mcp"]["sessions"] == {"recorded": 0, "played": 0, "missing": 1, "unused": 0}
+
+
+def test_a_server_that_writes_what_is_not_json_is_one_line(tmp_path: Path) -> None:
+    scene = Scene(tmp_path)
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape(
+            "record", "-o", str(scene.run), "--no-snapshot", "--upstream", f"openai={fp.url}/v1",
+            "--", "sh", "-c", f"echo '{INITIALIZE}' | wiretape mcp -- notes-server --noisy",
+            server_on_path=True)
+    assert done.returncode == 2, done.stderr
+    said = [line for line in done.stderr.splitlines() if "wiretape mcp" in line]
+    assert said == ["wiretape mcp: MCP server 'notes-server' (notes-server --noisy) wrote a line "
+                    "that is not JSON: b'Starting notes server v1.0...\\n' to stdout, where the "
+                    "stdio transport carries only JSON-RPC messages, one per line: make it log "
+                    "to stderr"]
+    assert "Traceback" not in done.stderr
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
+    assert session.error is not None and "not JSON" in session.error
+    assert [m.direction for m in session.messages] == ["client"]
+
+
+def test_a_server_command_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
+    scene = Scene(tmp_path)
+    # outside a recording, and under one
+    done = scene.wiretape("mcp", "--", "no-such-mcp-server", "--flag")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "wiretape: error: cannot run command 'no-such-mcp-server': not found on PATH: check "
+        "the MCP server's command in the agent's MCP config"]
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape(
+            "record", "-o", str(scene.run), "--no-snapshot", "--upstream", f"openai={fp.url}/v1",
+            "--", "sh", "-c", f"echo '{INITIALIZE}' | wiretape mcp -- no-such-mcp-server")
+    assert done.returncode == 2
+    # the shim's line (the record's summary names the session that failed too)
+    assert [line for line in done.stderr.splitlines() if line.startswith("wiretape: error")] == [
+        "wiretape: error: cannot run command 'no-such-mcp-server': not found on PATH: check "
+        "the MCP server's command in the agent's MCP config"]
+
+
+def test_outside_wiretape_the_server_runs_unrecorded(tmp_path: Path) -> None:
+    scene = Scene(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "wiretape", "mcp", "--", "notes-server"],
+                          input=INITIALIZE + "\n", env=scene.env(server_on_path=True),
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"]["serverInfo"]["name"] == "notes"
+    assert done.stderr.splitlines() == [
+        "wiretape mcp: not under `wiretape record` or `wiretape replay` (WIRETAPE_MCP is not "
+        "set): running MCP server 'notes-server' unrecorded", "notes server: started"]
