@@ -41,16 +41,32 @@ from wiretape.proxy import mcp
 MAX_ANCESTORS = 16
 
 
+#: Commands that run the server named by their first other word.
+_LAUNCHERS = frozenset({"python", "python3", "node", "npx", "uvx", "uv", "pipx", "deno", "bun",
+                        "bunx", "sh", "bash", "docker", "podman", "java", "ruby", "go"})
+#: Words of a launcher's command line that are not the server (``uv run``).
+_VERBS = frozenset({"run", "x", "exec", "-m"})
+
+
 def default_name(argv: Sequence[str]) -> str:
-    """A server's name from its command: the last argument that is not an
-    option, without its folders and extension (``python -m pkg.server``:
-    ``pkg.server``; ``npx -y @scope/server-files``: ``server-files``)."""
-    words = [a for a in argv if not a.startswith("-")] or list(argv)
-    last = words[-1] if words else "server"
-    name = Path(last.rstrip("/")).name
-    for ext in (".py", ".js", ".mjs", ".ts", ".sh"):
+    """A server's name from its command: for a launcher (``python``,
+    ``npx``, ``uvx``, ``node``...), the first word after it that is not an
+    option; else the command itself; without folders, version or
+    extension (``python -m pkg.server``: ``pkg.server``; ``npx -y
+    @scope/server-files@1``: ``server-files``; ``/opt/bin/files-mcp``:
+    ``files-mcp``)."""
+    if not argv:
+        return "server"
+    word = argv[0]
+    base = Path(word).name
+    if base.rstrip("0123456789.") in _LAUNCHERS:
+        word = next((a for a in argv[1:] if not a.startswith("-") and a not in _VERBS), word)
+    name = Path(word.rstrip("/")).name
+    if "@" in name[1:]:
+        name = name[: name.index("@", 1)]
+    for ext in (".py", ".js", ".mjs", ".cjs", ".ts", ".sh", ".jar"):
         name = name.removesuffix(ext)
-    return name or "server"
+    return name.lstrip("@") or "server"
 
 
 def find_address(environ: dict[str, str] | None = None, pid: int | None = None) -> str | None:

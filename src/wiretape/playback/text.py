@@ -266,7 +266,7 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
         if kind == "exact":
             messages = _message_lines(row.get("detail", {}), style, v.allow)
             if messages:
-                what = "MCP" if row["method"] == "MCP" else "WebSocket"
+                what = "MCP" if row.get("method") == "MCP" else "WebSocket"
                 lines.append(style(f"request {row['index']} {row['method']} {row['target']}: "
                                    f"exact, its {what} session:", bold=True))
                 lines.extend(messages)

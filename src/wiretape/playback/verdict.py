@@ -307,7 +307,7 @@ def compute(
     with the rows of method ``MCP``."""
     counts = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
     used: set[int] = set()
-    mcp_rows = [row for row in rows if row["method"] == MCP_METHOD]
+    mcp_rows = [row for row in rows if row.get("method") == MCP_METHOD]
     rows_of_mcp = {id(row) for row in mcp_rows}
     for row in rows:
         if id(row) in rows_of_mcp:

@@ -49,15 +49,26 @@ def _rpc_id(payload: bytes) -> tuple[bool, JSONValue]:
 
 def _swap_id(payload: bytes, old: JSONValue, new: JSONValue) -> bytes | None:
     """``payload`` with its top-level ``"id": old`` written as ``new``
-    (the bytes around it kept), or None when it is not found once."""
+    (every other byte kept), or None when no such member is found."""
     token = json.dumps(old).encode()
     pattern = re.compile(rb'("id"\s*:\s*)' + re.escape(token) + rb"(?=\s*[,}])")
-    found = pattern.findall(payload)
-    if len(found) != 1:
+    try:
+        before = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
         return None
-    swapped = pattern.sub(lambda m: m.group(1) + json.dumps(new).encode(), payload)
-    has, value = _rpc_id(swapped)
-    return swapped if has and value == new else None
+    if not isinstance(before, dict):
+        return None
+    for match in pattern.finditer(payload):  # (a nested "id" may come first)
+        swapped = (payload[:match.start()] + match.group(1) + json.dumps(new).encode()
+                   + payload[match.end():])
+        try:
+            after = json.loads(swapped)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(after, dict) and after.get("id") == new and (
+                {**after, "id": old} == before):
+            return swapped
+    return None
 
 
 class Ids:
