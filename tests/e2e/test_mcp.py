@@ -240,3 +240,64 @@ def test_outside_wiretape_the_server_runs_unrecorded(tmp_path: Path) -> None:
     assert done.stderr.splitlines() == [
         "wiretape mcp: not under `wiretape record` or `wiretape replay` (WIRETAPE_MCP is not "
         "set): running MCP server 'notes-server' unrecorded", "notes server: started"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_nanobot_calls_a_stdio_mcp_server_through_the_shim(tmp_path: Path) -> None:
+    """nanobot (nanobot-ai 0.3.5) with ``tools.mcpServers.notes`` started as
+    ``wiretape mcp --name notes -- notes-server``: recorded, then replayed
+    strict with notes-server gone from PATH; the same answer, every request
+    and MCP message exact."""
+    import socket
+
+    import nanobot_support as nbs
+
+    scene = Scene(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    prompt = "What does the launch note say? Use the notes server."
+    nano = nbs.make_scene(tmp_path / "nanobot", f"http://127.0.0.1:{port}/v1", prompt=prompt)
+
+    def configure() -> None:
+        config = json.loads(nano.config_path.read_text())
+        config["tools"]["mcpServers"] = {"notes": {
+            "command": "wiretape", "args": ["mcp", "--name", "notes", "--", "notes-server"]}}
+        nano.config_path.write_text(json.dumps(config))
+
+    def env(*, server_on_path: bool) -> dict[str, str]:
+        return nano.env(scene.env(server_on_path=server_on_path))
+
+    configure()
+    turns = [{"tool_calls": [{"name": "mcp_notes_read_note", "arguments": {"name": "launch"}}],
+              "expect": "notes"},
+             {"text": "The launch note says 7-ALPHA-9.", "expect": "7-ALPHA-9"}]
+    with FakeProvider(script_from_json(turns)) as fp:
+        done = subprocess.run(
+            [sys.executable, "-m", "wiretape", "record", "-o", str(scene.run), "--upstream",
+             f"custom={fp.url}/v1", "--port", str(port), "--snapshot", str(nano.workspace),
+             "--", *nano.argv()], env=env(server_on_path=True), cwd=nano.root,
+            capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+        assert len(fp.requests) == 2, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert nbs.final_answer(done.stdout) == "The launch note says 7-ALPHA-9."
+    assert 'notes::read_note("launch")' in done.stdout
+
+    nano.reset()
+    configure()
+    done = subprocess.run(
+        [sys.executable, "-m", "wiretape", "replay", str(scene.run), "--json"],
+        env=env(server_on_path=False), cwd=nano.root, capture_output=True, text=True,
+        timeout=180, stdin=subprocess.DEVNULL)
+    verdict: Any = verdict_of(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert verdict["pass"] is True
+    assert (verdict["recorded"], verdict["exact"]) == (2, 2)
+    mcp = verdict["mcp"]
+    assert mcp["sessions"] == {"recorded": 1, "played": 1, "missing": 0, "unused": 0}
+    assert mcp["exact"] >= 3 and mcp["diverged"] == mcp["missing"] == mcp["unused"] == 0
+    assert verdict["outcome"]["stdout"]["same"] is True
+    shown = json.loads(scene.wiretape("show", str(scene.run), "--json").stdout)
+    (call,) = [c for c in shown["mcp_calls"] if c["method"] == "tools/call"]
+    assert (call["tool"], call["caused_by"]) == ("read_note", "call_fake_1_0")
