@@ -218,7 +218,8 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
 
     async def client_to_server() -> None:
         while line := await stdin.queue.get():
-            note("client", line)
+            if line.strip():  # (a blank line is no message: relayed, not kept)
+                note("client", line)
             try:
                 server_in.write(line if line.endswith(b"\n") else line + b"\n")
                 await server_in.drain()
