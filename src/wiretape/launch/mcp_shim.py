@@ -280,8 +280,10 @@ async def _replay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
                 continue
             writer.write(mcp.encode({"line": mcp.text_of(line)}))
             await writer.drain()
+        # (a message, not the socket's end: that says the shim has gone)
+        writer.write(mcp.encode({"eof": 1}))
         with contextlib.suppress(ConnectionError, OSError):
-            writer.write_eof()
+            await writer.drain()
 
     sender = asyncio.create_task(client_lines())
     try:

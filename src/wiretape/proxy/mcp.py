@@ -10,10 +10,11 @@ LINE}``. Then, recording, the shim sends each message that crossed its
 stdio as ``{"dir": "client"|"server", "t": NS, "line": TEXT}`` (``t``: ns
 since the session began), and ``{"error": LINE}`` when the server broke
 the transport; the session is over when the shim's stream ends. Replaying,
-the shim sends ``{"line": TEXT}`` for each client message and the hub
-answers with ``{"line": TEXT}`` for each recorded server message to write,
-and ``{"end": LINE}`` when the session ends there (nothing recorded
-answers, or a strict stop). A line's text is the message without its
+the shim sends ``{"line": TEXT}`` for each client message and ``{"eof":
+1}`` when its stdin ends, and the hub answers with ``{"line": TEXT}`` for
+each recorded server message to write, and ``{"end": LINE}`` when the
+session ends there (nothing recorded answers, or a strict stop), then waits
+for the link's end (the shim has said it and gone). A line's text is the message without its
 newline; bytes that are not UTF-8 travel as surrogate escapes.
 
 Shared by the recording and the replaying sides: neither imports the other.

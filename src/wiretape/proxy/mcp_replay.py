@@ -136,7 +136,7 @@ async def play(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         await writer.drain()
 
     await send(script.opening(), loop.time())
-    while (obj := await mcp.read(reader)) is not None:
+    while (obj := await mcp.read(reader)) is not None and "eof" not in obj:
         line = obj.get("line")
         if not isinstance(line, str):
             continue
