@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,7 @@ class Scene:
 
 def verdict_of(stdout: str) -> dict[str, object]:
     """The verdict ``replay --json`` printed after what the agent did."""
-    start = 0 if stdout.startswith("{") else stdout.index("\n{") + 1
+    start = stdout.index('{\n  "run_id"')
     verdict: dict[str, object] = json.loads(stdout[start:])
     return verdict
 
@@ -240,6 +241,53 @@ def test_outside_wiretape_the_server_runs_unrecorded(tmp_path: Path) -> None:
     assert done.stderr.splitlines() == [
         "wiretape mcp: not under `wiretape record` or `wiretape replay` (WIRETAPE_MCP is not "
         "set): running MCP server 'notes-server' unrecorded", "notes server: started"]
+
+
+def _call(rid: int, note: str) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                       "params": {"name": "read_note", "arguments": {"name": note}}})
+
+
+def _shim(name: str, *lines: str) -> str:
+    """A shell line that feeds ``lines`` to ``wiretape mcp --name NAME``."""
+    return (f"printf '%s\\n' {' '.join(shlex.quote(x) for x in lines)} | "
+            f"wiretape mcp --name {name} -- notes-server")
+
+
+def test_several_servers_and_sessions_of_one_are_kept_apart_and_redacted(tmp_path: Path) -> None:
+    scene = Scene(tmp_path)
+    agent = "; ".join([_shim("a", INITIALIZE, _call(1, "deploy")), _shim("b", INITIALIZE),
+                       _shim("a", INITIALIZE, _call(1, "launch"))])
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", "sh", "-c", agent,
+                              server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    assert "7-ALPHA-9" in done.stdout
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        sessions = [e for e in run.exchanges() if e.kind == "mcp"]
+        facts = [fact.location for _, fact in run.redactions()]
+    assert [e.origin for e in sessions] == ["mcp:a", "mcp:b", "mcp:a"]
+    assert [len(e.messages) for e in sessions] == [4, 2, 4]
+    stored = b"".join(m.payload for e in sessions for m in e.messages)
+    assert b"ghp_" not in stored and b"R2d2C3po" not in stored  # the token never reached the disk
+    assert "server-message" in facts
+
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", "sh", "-c", agent)
+    assert done.returncode == 0, done.stderr
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["mcp"]["sessions"] == {"recorded": 3, "played": 3, "missing": 0, "unused": 0}
+    assert verdict["mcp"]["exact"] == 5 and verdict["pass"] is True
+
+    # a replay that never starts b, nor a's second session: two sessions unused
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", "sh", "-c",
+                          _shim("a", INITIALIZE, _call(1, "deploy")))
+    assert done.returncode == 3, done.stderr
+    verdict = verdict_of(done.stdout)
+    assert verdict["mcp"]["sessions"] == {"recorded": 3, "played": 1, "missing": 0, "unused": 2}
+    assert "; mcp: sessions 1/3, exact 2," in done.stderr
 
 
 @pytest.mark.slow

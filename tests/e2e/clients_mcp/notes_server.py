@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
-NOTES = {"launch": "The launch code is 7-ALPHA-9.", "lunch": "Soup on Tuesdays."}
+NOTES = {"launch": "The launch code is 7-ALPHA-9.", "lunch": "Soup on Tuesdays.",
+         "deploy": "The deploy token is ghp_" + "R2d2C3po" * 5 + "."}
 TOOL = {"name": "read_note", "description": "Read a note by name.",
         "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}},
                         "required": ["name"]}}
