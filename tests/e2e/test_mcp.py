@@ -134,6 +134,15 @@ def test_show_lists_the_mcp_call_next_to_the_models_tool_call(recorded: Scene) -
     html = report.read_text()
     assert "MCP session of server notes: 7 messages" in html
     assert 'data-mcp="0:5">MCP notes #0 message #5' in html
+    har = recorded.root / "r.har"
+    assert recorded.wiretape("export", str(recorded.run), "--har", str(har)).returncode == 0
+    entry = json.loads(har.read_text())["log"]["entries"][0]
+    assert (entry["request"]["url"], len(entry["_webSocketMessages"])) == ("mcp://notes/stdio", 7)
+    again = recorded.root / "again.wtape"
+    assert recorded.wiretape("import", "--har", str(har), "-o", str(again)).returncode == 0
+    copy = json.loads(recorded.wiretape("show", str(again), "--json").stdout)
+    assert copy["exchanges"][0]["origin"] == "mcp:notes"
+    assert copy["mcp_calls"] == calls
 
 
 def test_replay_answers_from_the_run_without_the_server(recorded: Scene) -> None:
