@@ -421,8 +421,7 @@ async def _prepare_record(
     # Stdio MCP servers the agent starts through `wiretape mcp` find the
     # recorder here (closed before the recorder: its sessions are stored).
     hub = mcp.Hub("record", recorder.mcp_session)
-    env[mcp.VARIABLE] = await hub.start()
-    names = [*names, mcp.VARIABLE]
+    env[mcp.VARIABLE] = await hub.start()  # (the agent's own: serve does not print it)
     stack.push_async_callback(hub.close)
     session = _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run,
                          recorder, listeners, connect, origins, env, names, snapshot_ids,
