@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 
+from wiretape.launch.isolate import capabilities
 from wiretape.testing import FakeProvider, script_from_json
+
+CAPS = capabilities()
 
 HERE = Path(__file__).resolve().parent / "clients_mcp"
 AGENT = str(HERE / "mcp_agent.py")
@@ -158,6 +161,17 @@ def test_replay_answers_from_the_run_without_the_server(recorded: Scene) -> None
     assert "messages" not in verdict  # (no WebSocket session)
     line = recorded.wiretape("verdict", str(recorded.run)).stdout.splitlines()[0]
     assert "; mcp: sessions 1/1, exact 4, diverged 0, missing 0, unused 0;" in line
+
+
+@pytest.mark.skipif(not CAPS.network_namespaces,
+                    reason=CAPS.reasons.get("network_namespaces", ""))
+def test_an_offline_agent_reaches_the_replay_in_its_own_network(recorded: Scene) -> None:
+    """With --offline the agent has only its own loopback: the hub listens there."""
+    done = recorded.wiretape("replay", str(recorded.run), "--offline", "--json", "--",
+                             *recorded.agent("launch"))
+    assert done.returncode == 0, done.stderr
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["mcp"]["exact"] == 4 and verdict["pass"] is True
 
 
 def test_a_changed_tool_argument_diverges_naming_the_method(recorded: Scene) -> None:
