@@ -338,7 +338,7 @@ class Replayer:
                 recorded = sorted(o.removeprefix(MCP_ORIGIN_PREFIX) for o in self._mcp)
                 reason = (f"wiretape replay: no recorded session of MCP server {hello.name!r} "
                           "is left (missing; "
-                          + (f"the run recorded {', '.join(recorded)})" if recorded else
+                          + (f"the run recorded sessions of {', '.join(recorded)})" if recorded else
                              "the run recorded no MCP session: record it with the server's "
                              "command behind `wiretape mcp --`)"))
                 self._unwritten.append((row, live, time.time_ns()))
