@@ -287,6 +287,7 @@ def test_several_servers_and_sessions_of_one_are_kept_apart_and_redacted(tmp_pat
                               server_on_path=True)
     assert done.returncode == 0, done.stderr
     assert "7-ALPHA-9" in done.stdout
+    assert ": 3 exchanges (3 MCP sessions), " in done.stderr
     from wiretape.store.runfile import RunFile
 
     with RunFile.open(scene.run) as run:

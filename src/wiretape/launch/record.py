@@ -117,6 +117,8 @@ class RecordResult:
     end_saved: bool = True
     #: the outermost folder made to hold the run file (``-o new/dir/x.wtape``)
     made_folder: Path | None = None
+    #: of ``exchanges``, the stdio MCP sessions (``wiretape mcp``)
+    mcp_sessions: int = 0
 
     @property
     def complete(self) -> bool:
@@ -312,7 +314,7 @@ class _Recording:
                             write_error=self.recorder.write_failure or self.write_error,
                             not_saved=stats.not_saved, refused_unsaved=stats.refused,
                             interrupted=self.interrupted, end_saved=self.write_error is None,
-                            made_folder=self.made_folder)
+                            made_folder=self.made_folder, mcp_sessions=stats.mcp_sessions)
 
 
 async def _prepare_record(

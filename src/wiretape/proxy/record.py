@@ -66,6 +66,8 @@ class RecordStats:
     not_saved: int = 0
     #: requests answered with an error after a write failed, not forwarded
     refused: int = 0
+    #: of ``exchanges``, the stdio MCP sessions stored
+    mcp_sessions: int = 0
 
 
 class Recorder:
@@ -405,6 +407,7 @@ class Recorder:
             return
         stored, response_bytes = result
         self.stats.exchanges += 1
+        self.stats.mcp_sessions += stored.kind == "mcp"
         self.stats.body_bytes += (len(stored.request.body) + response_bytes
                                   + sum(len(m.payload) for m in stored.messages))
         if exchange.ending is not Ending.COMPLETE:
