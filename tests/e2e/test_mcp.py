@@ -373,3 +373,32 @@ def test_nanobot_calls_a_stdio_mcp_server_through_the_shim(tmp_path: Path) -> No
     shown = json.loads(scene.wiretape("show", str(scene.run), "--json").stdout)
     (call,) = [c for c in shown["mcp_calls"] if c["method"] == "tools/call"]
     assert (call["tool"], call["caused_by"]) == ("read_note", "call_fake_1_0")
+
+
+def test_a_shim_stopped_by_its_client_stops_the_server_and_keeps_the_session(
+        tmp_path: Path) -> None:
+    """MCP clients stop their server with SIGTERM: the shim passes it to the
+    real server, and the session is kept with what crossed."""
+    scene = Scene(tmp_path)
+    agent = (
+        "import signal, subprocess, sys\n"
+        "p = subprocess.Popen(['wiretape', 'mcp', '--name', 'notes', '--', 'notes-server'],"
+        " stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+        f"p.stdin.write({INITIALIZE!r}.encode() + b'\\n'); p.stdin.flush()\n"
+        "print(p.stdout.readline().decode().strip())\n"
+        "p.send_signal(signal.SIGTERM)\n"
+        "print('shim exit', p.wait())\n")
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", sys.executable, "-c", agent,
+                              server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    answer, status = done.stdout.splitlines()
+    assert json.loads(answer)["result"]["serverInfo"]["name"] == "notes"
+    assert status == "shim exit 143"  # (the server's end by SIGTERM, as a shell says it)
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
+    assert [m.direction for m in session.messages] == ["client", "server"]
+    assert session.error is None

@@ -40,7 +40,7 @@ def line(**obj: object) -> bytes:
 
 @pytest.mark.parametrize(("argv", "name"), [
     (["python", "notes_server.py"], "notes_server"),
-    (["npx", "-y", "@modelcontextprotocol/server-filesystem@1.2", "/tmp/"], "server-filesystem"),
+    (["npx", "-y", "@modelcontextprotocol/server-filesystem@1.2", "./data"], "server-filesystem"),
     (["uvx", "mcp-server-git", "--repository", "."], "mcp-server-git"),
     (["/usr/local/bin/files-mcp", "--root", "/srv"], "files-mcp"),
     (["node", "build/index.js"], "index"),

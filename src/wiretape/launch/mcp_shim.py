@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -140,17 +141,31 @@ class _Stdin:
         self.queue: asyncio.Queue[bytes] = asyncio.Queue()
         loop = asyncio.get_running_loop()
 
+        def put(line: bytes) -> None:
+            with contextlib.suppress(RuntimeError):  # (the loop closed)
+                loop.call_soon_threadsafe(self.queue.put_nowait, line)
+
         def pump() -> None:
-            stream = sys.stdin.buffer
+            # Raw reads of fd 0: a thread blocked in sys.stdin's buffered
+            # reader would hold its lock, and the interpreter aborts at exit.
+            held = b""
             while True:
                 try:
-                    line = stream.readline(mcp.MAX_LINE)
-                except (OSError, ValueError):
-                    line = b""
-                with contextlib.suppress(RuntimeError):  # (the loop closed)
-                    loop.call_soon_threadsafe(self.queue.put_nowait, line)
-                if not line:
+                    chunk = os.read(0, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    if held:
+                        put(held)
+                    put(b"")
                     return
+                held += chunk
+                *lines, held = held.split(b"\n")
+                for line in lines:
+                    put(line + b"\n")
+                if len(held) > mcp.MAX_LINE:  # (no line ending in sight: pass it on)
+                    put(held)
+                    held = b""
 
         threading.Thread(target=pump, name="wiretape-mcp-stdin", daemon=True).start()
 
@@ -209,6 +224,16 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
         raise CommandNotFound(argv[0], exc.strerror or str(exc)) from None
     assert proc.stdin is not None and proc.stdout is not None
     server_in, server_out = proc.stdin, proc.stdout
+
+    def stop_server() -> None:
+        # The MCP client stops its server with SIGTERM: it reaches the real
+        # one, whose end ends the relay (and the session is kept whole).
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_server)
     stdin = _Stdin()
     broken: list[str] = []
 
