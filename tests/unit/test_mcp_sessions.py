@@ -260,3 +260,51 @@ def test_mcp_calls_pair_with_the_model_calls_that_caused_them() -> None:
         (1, "tools/call", "read_note", "note a", None, "c1"),
         (3, "tools/call", "read_note", None, "no b", "c2"),
         (5, "tools/call", "other", None, None, None)]
+
+
+def test_a_replayed_session_answers_a_new_request_id_with_it() -> None:
+    """Over a real loopback link: the client's request ids differ from the
+    recording's (its own numbering): the messages are exact, the learned
+    pair is noted, and each recorded response is sent with the live id."""
+    from wiretape.playback.pacing import Pace
+    from wiretape.proxy.mcp_replay import play
+
+    recorded = [
+        Message("client", Opcode.TEXT, line(jsonrpc="2.0", id=0, method="initialize"), 0),
+        Message("server", Opcode.TEXT, line(jsonrpc="2.0", id=0, result={"ok": 1}), 5),
+        Message("client", Opcode.TEXT, line(jsonrpc="2.0", method="notifications/initialized"), 6),
+        Message("client", Opcode.TEXT, line(jsonrpc="2.0", id=1, method="tools/call",
+                                           params={"name": "read", "arguments": {"n": 1}}), 7),
+        Message("server", Opcode.TEXT, line(jsonrpc="2.0", id=1, result={"text": "one"}), 9)]
+    script = SessionScript(recorded)
+
+    async def scenario() -> list[object]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await play(reader, writer, script, pace=Pace.FAST, redact=lambda p, _r: p,
+                       on_stop=lambda _s: "stop", lock=asyncio.Lock())
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for text in (line(jsonrpc="2.0", id="a", method="initialize"),
+                     line(jsonrpc="2.0", method="notifications/initialized"),
+                     line(jsonrpc="2.0", id="b", method="tools/call",
+                          params={"name": "read", "arguments": {"n": 1}})):
+            writer.write(mcp.encode({"line": text.decode()}))
+        writer.write(mcp.encode({"eof": 1}))
+        got = []
+        while (obj := await mcp.read(reader)) is not None:
+            got.append(json.loads(str(obj["line"])))
+        writer.close()
+        server.close()
+        return got
+
+    answers = asyncio.run(scenario())
+    assert answers == [{"jsonrpc": "2.0", "id": "a", "result": {"ok": 1}},
+                       {"jsonrpc": "2.0", "id": "b", "result": {"text": "one"}}]
+    decisions = script.result()["decisions"]
+    assert [d["kind"] for d in decisions] == ["exact"] * 3
+    assert [d.get("rpc_id") for d in decisions] == [[0, "a"], None, [1, "b"]]
+    assert [d.get("method") for d in decisions] == [
+        "initialize", "notifications/initialized", "tools/call read"]
