@@ -469,6 +469,11 @@ class MessageDecisionJSON(TypedDict):
     learned: NotRequired[list[LearnedJSON]]
     not_allowed: NotRequired[list[str]]
     unexplained: NotRequired[str]
+    #: an MCP request whose JSON-RPC id differed: ``[recorded, live]`` (the
+    #: live id was read as the recorded one, and answered with its own)
+    rpc_id: NotRequired[list[JSONValue]]
+    #: an MCP message's JSON-RPC method (a request's or a notification's)
+    method: NotRequired[str]
 
 
 class MessagesJSON(TypedDict):

@@ -78,6 +78,7 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
         "origins": [{"name": o.name, "upstream": o.upstream, "port": o.port} for o in info.origins],
         "exchanges": [r.to_json() for r in ov.rows],
         "ledger": ov.ledger.to_json(),
+        "mcp_calls": [c.to_json() for c in ov.mcp_calls],
         "replays": [{"replay_id": v.replay_id, "mode": v.mode, "pass": v.passed,
                      "recorded": v.recorded, "exact": v.exact, "substituted": v.substituted,
                      "equivalent": v.equivalent, "diverged": v.diverged, "missing": v.missing,
@@ -161,7 +162,8 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
     for exchange in ov.exchanges:
         for line in text.websocket_lines(exchange, 12, escaped.style):
             _echo(escaped(line))
-    for line in text.ledger_lines(ov.ledger, escaped.style):
+    for line in [*text.ledger_lines(ov.ledger, escaped.style, ov.mcp_calls),
+                 *text.mcp_call_lines(ov.mcp_calls, escaped.style)]:
         _echo(escaped(line))
     _echo(f"checkpoints (wiretape fork {printable(ov.info.run_id)} --from N): "
           + " ".join(str(n) for n in ov.checkpoints))
@@ -197,8 +199,8 @@ def report(run: str, out: Path | None) -> None:
     ov = _read(run, "reading")
     forks = forks_of(ov.info.run_id, [ov.path.parent, runs_dir()])
     page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts,
-                  {e.seq: e.messages for e in ov.exchanges if e.messages}, forks=forks,
-                  prices=price_table())
+                  {e.seq: e.messages for e in ov.exchanges if e.messages}, ov.mcp_calls,
+                  forks=forks, prices=price_table())
     target = out or Path(f"{ov.info.run_id}.html")
     write_whole(target, text_bytes(page))
     counts = (_count(len(ov.rows), "exchange"), _count(len(ov.ledger.entries), "tool call"),

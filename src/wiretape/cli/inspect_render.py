@@ -16,9 +16,10 @@ from wiretape.cli.render import human_bytes, ms, table
 from wiretape.cli.render import printable as _p
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
+from wiretape.inspect.mcpcalls import McpCall, served_by
 from wiretape.inspect.summary import message_summary
 from wiretape.inspect.timeline import TimelineRow, excerpt, tool_url
-from wiretape.model import TOOL_ORIGIN_PREFIX, Exchange, RunInfo
+from wiretape.model import MCP_ORIGIN_PREFIX, TOOL_ORIGIN_PREFIX, Exchange, RunInfo
 
 #: How a line is styled: ``click.style``, or ``render.Escaped().style``.
 Style = Callable[..., str]
@@ -67,10 +68,14 @@ def timeline_rows(rows: Sequence[TimelineRow]) -> list[list[str]]:
     )] for r in rows]
 
 
-def ledger_lines(ledger: Ledger, style: Style = click.style) -> list[str]:
+def ledger_lines(ledger: Ledger, style: Style = click.style,
+                 calls: Sequence[McpCall] = ()) -> list[str]:
+    """The tool-call ledger; with ``calls`` (a run's MCP calls), the MCP
+    call that served each tool call, next to it."""
     head = (f"tool calls: {len(ledger.entries)} ({len(ledger.completed)} completed, "
             f"{len(ledger.pending)} pending)")
     lines = [style(head, bold=True)]
+    served = served_by(calls)
     if ledger.entries:
         # The tool exchanges a call made (``--tools``), when any was recorded.
         made = any(e.made for e in ledger.entries)
@@ -78,13 +83,38 @@ def ledger_lines(ledger: Ledger, style: Style = click.style) -> list[str]:
                     e.call_id, e.name, _clip(e.arguments, 40), f"#{e.issued_in}",
                     *([_clip("; ".join(e.made) or "-", 60)] if made else []),
                     e.status + (f" in #{e.answered_in}" if e.answered_in is not None else ""),
-                    _clip(e.result or "-", 40))] for e in ledger.entries]
+                    _clip(e.result or "-", 40))]
+                + ([_p(_served_word(served.get(e.call_id)))] if calls else [])
+                for e in ledger.entries]
         lines += ["  " + line for line in table(rows, [
             "call id", "tool", "arguments", "issued in", *(["made"] if made else []),
-            "status", "result"])]
+            "status", "result", *(["served by"] if calls else [])])]
     for seq, call_id, name in ledger.unmatched_results:
         lines.append(f"  result in #{seq} for {_p(call_id)} ({_p(name or '?')}): no recorded "
                      "response issued that call")
+    return lines
+
+
+def _served_word(call: McpCall | None) -> str:
+    """``mcp notes #0 message #5``: the MCP call that served a tool call."""
+    return "-" if call is None else f"mcp {call.server} #{call.seq} message #{call.message}"
+
+
+def mcp_call_lines(calls: Sequence[McpCall], style: Style = click.style) -> list[str]:
+    """The run's MCP calls, one row each: the session (``#SEQ``) and its
+    server, the request's message, method and tool, arguments, result, and
+    the model's tool call that caused it."""
+    if not calls:
+        return []
+    lines = [style(f"MCP calls: {len(calls)}", bold=True)]
+    rows = [[_p(cell) for cell in (
+                f"#{c.seq} {c.server}", f"#{c.message}",
+                c.method + (f" {c.tool}" if c.tool else ""), _clip(c.arguments, 40),
+                _clip(c.result if c.result is not None else
+                      f"error: {c.error}" if c.error is not None else "(no response)", 40),
+                c.caused_by or "-")] for c in calls]
+    lines += ["  " + line for line in table(rows, ["session", "message", "method", "arguments",
+                                                   "result", "for tool call"])]
     return lines
 
 
@@ -188,7 +218,10 @@ def websocket_lines(exchange: Exchange, limit: int | None = None,
     if not messages:
         return []
     sent = sum(m.direction == "client" for m in messages)
-    lines = [style(f"exchange {exchange.seq}: WebSocket session, {_n(len(messages), 'message')} "
+    what = "WebSocket session"
+    if exchange.kind == "mcp":
+        what = f"MCP session of server {exchange.origin.removeprefix(MCP_ORIGIN_PREFIX)!r}"
+    lines = [style(f"exchange {exchange.seq}: {what}, {_n(len(messages), 'message')} "
                    f"({sent} from the client, {len(messages) - sent} from the server)",
                    bold=True)]
     shown = messages if limit is None else messages[:limit]

@@ -112,6 +112,7 @@ def cli() -> None:
     wiretape record -- python agent.py          record a run
     wiretape replay run_0123456789ab            replay it with the provider gone
     wiretape ls                                 list runs
+    wiretape mcp -- python server.py            a stdio MCP server, recorded and replayed
     """
 
 
@@ -676,6 +677,35 @@ def demo(keep_dir: Path | None, with_compare: bool) -> None:
 
     sys.exit(run_demo(keep_dir, _say, summarise=render.record_summary, style=click.style,
                       compare_table=compare_lines if with_compare else None))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--name", metavar="NAME",
+              help="The server's name in the run (default: from its command, e.g. "
+                   "server.py -> server). Give each MCP server of an agent its own.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def mcp(name: str | None, command: tuple[str, ...]) -> None:
+    """Stand in for a stdio MCP server in the agent's MCP config.
+
+    Under `wiretape record` it starts the server and records every JSON-RPC
+    message both ways; under `wiretape replay` it answers from the recording
+    and the server is not started (it need not exist). Anywhere else it says
+    so on stderr and runs the server unrecorded.
+
+    \b
+    Example (the agent's MCP config):
+      "command": "wiretape",
+      "args": ["mcp", "--name", "files", "--", "python", "files_server.py"]
+    \b
+    then:
+      wiretape record -- my-agent "summarise notes.txt"
+      wiretape replay run_0123456789ab
+    """
+    from wiretape.launch.mcp_shim import run as run_shim
+
+    if name is not None and not name.strip():
+        raise UsageError("--name is empty: give the MCP server a name")
+    sys.exit(run_shim(list(command), name))
 
 
 # Showing what an agent did: show, report, export, import.

@@ -101,7 +101,10 @@ def own_answer(status: int) -> str:
 def record_summary(result: RecordResult) -> list[str]:
     lines = [
         f"wiretape: recorded {result.run_id}: {result.exchanges} exchange"
-        f"{'s' if result.exchanges != 1 else ''}, {human_bytes(result.body_bytes)}, "
+        f"{'s' if result.exchanges != 1 else ''}"
+        + (f" ({result.mcp_sessions} MCP session{'s' if result.mcp_sessions != 1 else ''})"
+           if result.mcp_sessions else "")
+        + f", {human_bytes(result.body_bytes)}, "
         f"{result.duration_s:.1f} s -> {result.path}"
     ]
     if result.tool_exchanges:

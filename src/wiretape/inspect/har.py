@@ -34,6 +34,7 @@ from wiretape.errors import UsageError
 from wiretape.inspect import interop
 from wiretape.matching.documents import decoded_body
 from wiretape.model import (
+    MCP_ORIGIN_PREFIX,
     TOOL_ORIGIN_PREFIX,
     Ending,
     Exchange,
@@ -46,6 +47,7 @@ from wiretape.model import (
     Request,
     Response,
     RunInfo,
+    exchange_kind,
     header_value,
 )
 from wiretape.origins import parse_upstream
@@ -100,6 +102,17 @@ def _ms(ns: int | None) -> float:
     return round((ns or 0) / 1e6, 3)
 
 
+def _unknown_base(origin: str) -> str:
+    """The URL base of an origin the run's table lacks: a stdio MCP
+    session's is ``mcp://NAME/`` (no HTTP URL stands for it); a tool
+    exchange's origin names its URL's scheme and host (``--tools``)."""
+    if exchange_kind(origin) == "mcp":
+        return f"mcp://{origin.removeprefix(MCP_ORIGIN_PREFIX)}/"
+    if exchange_kind(origin) == "tool":
+        return origin.removeprefix(TOOL_ORIGIN_PREFIX)
+    return "http://unknown"
+
+
 def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> dict[str, object]:
     req, resp = e.request, e.response
     target = req.target.decode("latin-1")
@@ -113,8 +126,7 @@ def _entry(e: Exchange, bases: dict[str, str], redactions: list[Redaction]) -> d
         "request": {
             "method": req.method.decode("latin-1"),
             # (a tool exchange's origin names its URL's scheme and host: --tools)
-            "url": bases.get(e.origin, e.origin.removeprefix(TOOL_ORIGIN_PREFIX)
-                             if e.kind == "tool" else "http://unknown") + target,
+            "url": bases.get(e.origin, _unknown_base(e.origin)) + target,
             "httpVersion": "HTTP/" + req.http_version.decode("latin-1"),
             "cookies": [],
             "headers": _headers(req.headers),

@@ -13,6 +13,7 @@ from pathlib import Path
 from wiretape.inspect.checkpoints import checkpoints
 from wiretape.inspect.formats import ExchangeView, read_exchange
 from wiretape.inspect.ledger import Ledger, build_ledger
+from wiretape.inspect.mcpcalls import McpCall, mcp_calls
 from wiretape.inspect.timeline import TimelineRow, timeline, tool_label
 from wiretape.inspect.verdicts import verdict_of
 from wiretape.model import Exchange, RunInfo
@@ -31,6 +32,8 @@ class RunOverview:
     verdicts: tuple[Verdict, ...]
     #: where the run can be forked from (``inspect.checkpoints``)
     checkpoints: tuple[int, ...] = ()
+    #: the calls made to stdio MCP servers, paired with the ledger's calls
+    mcp_calls: tuple[McpCall, ...] = ()
 
 
 def overview(path: Path, advance: Callable[[], None] = lambda: None,
@@ -47,9 +50,8 @@ def overview(path: Path, advance: Callable[[], None] = lambda: None,
         verdicts = [v for v in (verdict_of(run, r["id"]) for r in run.replays()) if v is not None]
         points = checkpoints(run)
     kinds = {e.seq: e.kind for e in exchanges}
+    ledger = build_ledger([(seq, v) for seq, v in views if kinds[seq] == "model"],
+                          [(e.seq, tool_label(e)) for e in exchanges if e.kind == "tool"])
     return RunOverview(path, info, tuple(exchanges), dict(views),
-                       tuple(timeline(info, exchanges, views)),
-                       build_ledger([(seq, v) for seq, v in views if kinds[seq] == "model"],
-                                    [(e.seq, tool_label(e)) for e in exchanges
-                                     if e.kind == "tool"]),
-                       tuple(verdicts), tuple(points))
+                       tuple(timeline(info, exchanges, views)), ledger,
+                       tuple(verdicts), tuple(points), tuple(mcp_calls(exchanges, ledger)))

@@ -24,11 +24,20 @@ from wiretape import __version__
 from wiretape.inspect.forks import ForkSummary
 from wiretape.inspect.formats import ExchangeView, Message
 from wiretape.inspect.ledger import Ledger
+from wiretape.inspect.mcpcalls import McpCall, served_by
 from wiretape.inspect.prices import DEFAULT as DEFAULT_PRICES
 from wiretape.inspect.prices import PriceTable, cost_text
 from wiretape.inspect.summary import message_summary
 from wiretape.inspect.timeline import TimelineRow, tool_url
-from wiretape.model import COMPARED_FACETS, TOOL_ORIGIN_PREFIX, ReplayRow, RunInfo, facets
+from wiretape.model import (
+    COMPARED_FACETS,
+    MCP_ORIGIN_PREFIX,
+    TOOL_ORIGIN_PREFIX,
+    ReplayRow,
+    RunInfo,
+    exchange_kind,
+    facets,
+)
 from wiretape.model import Message as WsMessage
 from wiretape.playback.messages import message_label
 from wiretape.playback.text import row_label
@@ -146,25 +155,45 @@ def waterfall(rows: Sequence[TimelineRow],
     return "\n".join(out)
 
 
-def ledger_table(ledger: Ledger) -> str:
-    if not ledger.entries:
+def ledger_table(ledger: Ledger, calls: Sequence[McpCall] = ()) -> str:
+    """The tool-call ledger; with ``calls``, the MCP call that served each
+    tool call next to it, and a table of the MCP calls."""
+    if not ledger.entries and not calls:
         return '<p class="muted">The model asked for no tool call.</p>'
+    served = served_by(calls)
     # The tool exchanges each call made (``--tools``), when any was recorded.
     made = any(e.made for e in ledger.entries)
     head = ("<table><thead><tr><th>call id</th><th>tool</th><th>arguments</th><th>issued in</th>"
             + ("<th>tool exchanges</th>" if made else "")
-            + "<th>status</th><th>result</th></tr></thead><tbody>")
+            + "<th>status</th><th>result</th>" + ("<th>served by</th>" if calls else "")
+            + "</tr></thead><tbody>")
     body = []
     for e in ledger.entries:
         answered = f" in #{e.answered_in}" if e.answered_in is not None else ""
         cell = ('<td class="mono">' + "<br>".join(_e(m) for m in e.made) + "</td>"
                 if made else "")
+        by = served.get(e.call_id)
+        by_cell = ("" if not calls else "<td>-</td>" if by is None else
+                   f'<td class="mono" data-mcp="{by.seq}:{by.message}">MCP {_e(by.server)} '
+                   f"#{by.seq} message #{by.message}</td>")
         body.append(
             f'<tr class="link" data-goto="{e.issued_in}" data-call="{_e(e.call_id)}">'
             f'<td class="mono">{_e(e.call_id)}</td><td class="mono">{_e(e.name)}</td>'
             f'<td class="mono">{_e(e.arguments[:300])}</td><td>#{e.issued_in}</td>{cell}'
             f'<td><span class="badge {e.status}">{e.status}</span>{_e(answered)}</td>'
-            f'<td>{_e(e.result or "")}</td></tr>')
+            f'<td>{_e(e.result or "")}</td>{by_cell}</tr>')
+    if calls:
+        body.append("</tbody></table><h3>MCP calls</h3><table><thead><tr><th>session</th>"
+                    "<th>message</th><th>method</th><th>arguments</th><th>result</th>"
+                    "<th>for tool call</th></tr></thead><tbody>")
+        for c in calls:
+            result = (c.result if c.result is not None else
+                      f"error: {c.error}" if c.error is not None else "(no response)")
+            body.append(
+                f'<tr class="link mcp" data-goto="{c.seq}"><td>#{c.seq} {_e(c.server)}</td>'
+                f"<td>#{c.message}</td><td class=\"mono\">{_e(c.method)} {_e(c.tool or '')}</td>"
+                f'<td class="mono">{_e(c.arguments[:300])}</td><td>{_e(result)}</td>'
+                f'<td class="mono">{_e(c.caused_by or "-")}</td></tr>')
     notes = "".join(
         f'<p class="muted">Result in #{s} for a call no recorded response issued: '
         f"<code>{_e(c)}</code> {_e(n or '')}</p>"
@@ -194,14 +223,17 @@ def _new_messages(
     return 0, msgs
 
 
-def _session(messages: Sequence[WsMessage]) -> str:
-    """A WebSocket session's messages: a collapsed table, one row each."""
+def _session(messages: Sequence[WsMessage], origin: str = "") -> str:
+    """A WebSocket (or stdio MCP, by its ``origin``) session's messages: a
+    collapsed table, one row each."""
     sent = sum(m.direction == "client" for m in messages)
+    what = (f"MCP session of server {origin.removeprefix(MCP_ORIGIN_PREFIX)}"
+            if exchange_kind(origin) == "mcp" else "WebSocket session")
     rows = "".join(
         f'<tr><td>#{i}</td><td>+{_e(_ms(m.offset_ns))}</td><td>{s.direction}</td>'
         f'<td>{_e(s.opcode)}</td><td>{s.size} B</td><td class="mono">{_e(s.head)}</td></tr>'
         for i, m in enumerate(messages) for s in (message_summary(m, 300),))
-    return (f'<details class="msg ws"><summary>WebSocket session: {len(messages)} messages '
+    return (f'<details class="msg ws"><summary>{_e(what)}: {len(messages)} messages '
             f"({sent} from the client, {len(messages) - sent} from the server)</summary>"
             "<table><thead><tr><th>#</th><th>at</th><th>direction</th><th>opcode</th>"
             f"<th>size</th><th>payload</th></tr></thead><tbody>{rows}</tbody></table></details>")
@@ -250,7 +282,7 @@ def conversation(rows: Sequence[TimelineRow], views: Mapping[int, ExchangeView],
         elif r.error:
             parts.append(f'<div class="error">no response: {_e(r.error)}</div>')
         if sessions and sessions.get(r.seq):
-            parts.append(_session(sessions[r.seq]))
+            parts.append(_session(sessions[r.seq], r.origin))
         parts.append("</div>")
         out.append("".join(parts))
         previous = view
@@ -347,6 +379,13 @@ def replays(verdicts: Sequence[Verdict]) -> str:
                        f'data-messages-equivalent="{m.equivalent}">WebSocket messages: exact '
                        f"{m.exact}, substituted {m.substituted}, equivalent {m.equivalent}, "
                        f"diverged {m.diverged}, missing {m.missing}, unused {m.unused}</div>")
+        if v.mcp is not None:
+            c, m = v.mcp, v.mcp.messages
+            out.append(f'<div class="muted" data-mcp="{c.played},{c.recorded},{m.exact},'
+                       f'{m.diverged},{m.missing},{m.unused}">MCP: sessions {c.played} of '
+                       f"{c.recorded} played (missing {c.missing}), messages: exact {m.exact}, "
+                       f"equivalent {m.equivalent}, diverged {m.diverged}, missing {m.missing}, "
+                       f"unused {m.unused}</div>")
         out.extend(_divergence(r) for r in v.requests if r.get("kind") != "exact")
         # A session is played after any served handshake, not only an exact one.
         out.extend(_message_divergences(r) for r in v.requests
@@ -389,9 +428,11 @@ def forks_table(forks: Sequence[ForkSummary], prices: PriceTable) -> str:
 def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
            views: Mapping[int, ExchangeView], ledger: Ledger, verdicts: Sequence[Verdict],
            sessions: Mapping[int, Sequence[WsMessage]] | None = None,
+           mcp_calls: Sequence[McpCall] = (), *,
            forks: Sequence[ForkSummary] = (), prices: PriceTable = DEFAULT_PRICES) -> str:
-    """The whole page; ``sessions``: the WebSocket messages by exchange
-    seq; ``forks``: the run's forks, shown as one comparison (costs at
+    """The whole page; ``sessions``: the WebSocket (and stdio MCP) messages
+    by exchange seq; ``mcp_calls``: the run's MCP calls (``inspect.mcpcalls``);
+    ``forks``: the run's forks, shown as one comparison (costs at
     ``prices``) after the replays."""
     template = Template(resources.files("wiretape.inspect").joinpath("report_template.html")
                         .read_text(encoding="utf-8"))
@@ -403,7 +444,7 @@ def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
     return redact_str(printable(template.substitute(
         version=_e(__version__), title=_e(f"wiretape {info.run_id}"),
         summary=summary(info, path, rows, ledger, verdicts), waterfall=waterfall(rows, sessions),
-        ledger=ledger_table(ledger), conversation=conversation(rows, views, sessions),
+        ledger=ledger_table(ledger, mcp_calls), conversation=conversation(rows, views, sessions),
         replays=replays(verdicts) + forks_table(forks, prices),
         footer=_e(f"wiretape {__version__} · run {info.run_id} · report written "
                   f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M:%S')}"),

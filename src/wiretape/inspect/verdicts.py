@@ -31,7 +31,7 @@ def verdict_of(run: RunFile, replay_id: str | None = None, *,
     rows = run.replay_requests(chosen["id"])
     exchanges = run.exchanges()
     # The model exchanges are counted as ever; the tool exchanges
-    # (``--tools``) on a line of their own.
+    # (``--tools``) and the stdio MCP sessions on lines of their own.
     seqs = [e.seq for e in exchanges if e.kind == "model"]
     tool_seqs = [e.seq for e in exchanges if e.kind == "tool"]
     describe: dict[int, ExchangeSummary] = {
@@ -46,6 +46,7 @@ def verdict_of(run: RunFile, replay_id: str | None = None, *,
         allow_substitutions=bool(chosen["settings"].get("allow_substitutions")),
         outcome=chosen["outcome"] or {}, describe=describe,
         allow=chosen["settings"].get("allow", []), tool_seqs=tool_seqs,
+        mcp_seqs=[e.seq for e in exchanges if e.kind == "mcp"],
     )
 
 

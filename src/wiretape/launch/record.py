@@ -42,6 +42,7 @@ from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origi
 from wiretape.limits import spool_bytes, ws_close_timeout
 from wiretape.model import DEFAULT_MAX_BODY, ConnectReportJSON, Exchange, Origin, RunInfo
 from wiretape.origins import UpstreamOptions, key_variables, parse_upstream
+from wiretape.proxy import mcp
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
 from wiretape.proxy.http1 import ErrorBody, Handler, plain_error
 from wiretape.proxy.record import Recorder
@@ -120,6 +121,8 @@ class RecordResult:
     made_folder: Path | None = None
     #: tool exchanges stored (``--tools``): tool origin to count
     tool_exchanges: dict[str, int] = field(default_factory=dict)
+    #: of ``exchanges``, the stdio MCP sessions (``wiretape mcp``)
+    mcp_sessions: int = 0
 
     @property
     def complete(self) -> bool:
@@ -294,6 +297,8 @@ class _Recording:
     reports: ReportKeeper | None = None
     #: tool exchanges stored (``--tools``): tool origin to count
     tool_exchanges: dict[str, int] = field(default_factory=dict)
+    #: where `wiretape mcp` shims send their stdio MCP sessions
+    hub: mcp.Hub | None = None
 
     def count_status(self, exchange: Exchange) -> None:
         """Note a stored exchange's status when it is an error (400 or
@@ -321,7 +326,7 @@ class _Recording:
                             write_error=self.recorder.write_failure or self.write_error,
                             not_saved=stats.not_saved, refused_unsaved=stats.refused,
                             interrupted=self.interrupted, end_saved=self.write_error is None,
-                            made_folder=self.made_folder,
+                            made_folder=self.made_folder, mcp_sessions=stats.mcp_sessions,
                             tool_exchanges=dict(sorted(self.tool_exchanges.items())))
 
 
@@ -429,12 +434,17 @@ async def _prepare_record(
                         spool_at=spool_at, close_timeout=close_timeout)
     stack.push_async_callback(recorder.aclose)
     await recorder.warm_up()
+    # Stdio MCP servers the agent starts through `wiretape mcp` find the
+    # recorder here (closed before the recorder: its sessions are stored).
+    hub = mcp.Hub("record", recorder.mcp_session)
+    env[mcp.VARIABLE] = await hub.start()  # (the agent's own: serve does not print it)
+    stack.push_async_callback(hub.close)
     session = _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run,
                          recorder, listeners, connect, origins, env, names, snapshot_ids,
                          made_for_run, rules=rules, policy=snapshot_policy,
                          left_out=[(root, left) for root, _, left in taken],
                          made_folder=missing[-1] if missing and out is not None else None,
-                         reports=reports)
+                         reports=reports, hub=hub)
     return session
 
 
@@ -533,6 +543,8 @@ async def _judge_record(session: _Recording) -> None:
     nothing), then store the run's end and what the agent changed in the
     snapshotted trees."""
     await session.listeners.close()
+    if session.hub is not None:  # (its sessions are stored with the others)
+        await session.hub.close()
     await session.recorder.aclose()
     if session.reports is not None:
         await session.reports.settle()

@@ -55,6 +55,7 @@ from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy, Substitution
 from wiretape.playback.pacing import Pace
 from wiretape.playback.verdict import Verdict
+from wiretape.proxy import mcp
 from wiretape.proxy.connect import ConnectProxy
 from wiretape.proxy.http1 import Handler, plain_error
 from wiretape.proxy.replay import Replayer
@@ -464,6 +465,8 @@ class _Replay:
     interrupts: Interrupts | None = None
     #: lines for the verdict's sandbox notes (where settings came from, ...)
     notes: list[str] = field(default_factory=list)
+    #: where `wiretape mcp` shims are answered
+    hub: mcp.Hub | None = None
 
     def start(self) -> None:
         """Begin the replay in the run's replay log, with how it is served
@@ -532,6 +535,12 @@ async def _prepare_replay(
     listeners = Listeners(max_body=settings.max_body)
     connect, origins, env, proxy_variables = await _listen_replay(
         stack, listeners, info, replayer, settings, isolated)
+    # Stdio MCP servers the agent starts through `wiretape mcp` are
+    # answered here (in the agent's network namespace when it is offline).
+    hub = mcp.Hub("replay", replayer.mcp_session)
+    env = {**env, mcp.VARIABLE: await hub.start(
+        isolated.listen_sockets([0])[0] if isolated is not None and settings.offline else None)}
+    stack.push_async_callback(hub.close)
     env = launch.environment(env)
     placeholders: dict[str, str] = {}
     if command is not None:
@@ -546,7 +555,7 @@ async def _prepare_replay(
         env = {**env, **placeholders}
     session = _Replay(run, info, settings, list(argv or info.argv), command, sandbox, launch,
                       policy, replayer, stopping, isolated, listeners, connect, origins, env,
-                      proxy_variables)
+                      proxy_variables, hub=hub)
     if placeholders:
         session.notes.append(placeholder_note(list(placeholders)))
     if settings.allow is None and info.allow:
@@ -721,6 +730,8 @@ async def _judge_replay(session: _Replay) -> None:
     strict stop finish stopping the agent; then compute the outcome, store
     it as the replay's end, and read the verdict back."""
     await session.listeners.close()
+    if session.hub is not None:  # (its sessions' rows are written with the others)
+        await session.hub.close()
     dns = session.isolated.dns_queries() if session.isolated is not None else []
     await session.stopping.settled()
     run, info, settings, launch = session.run, session.info, session.settings, session.launch

@@ -310,9 +310,10 @@ def message_label(d: MessageDecisionJSON) -> str:
     with (``message #3 (client text)``: its index in the session, as
     ``show`` lists it), or, missing, as past the recorded ones (``a client
     close past the recorded ones``)."""
+    what = d.get("method") or d["opcode"]  # (an MCP message: its JSON-RPC method)
     if d["recorded"] is None:
-        return f"a client {d['opcode']} past the recorded ones"
-    return f"message #{d['recorded']} (client {d['opcode']})"
+        return f"a client {what} past the recorded ones"
+    return f"message #{d['recorded']} (client {what})"
 
 
 class MessageCounts(NamedTuple):

@@ -60,7 +60,8 @@ def verdict_line(v: Verdict) -> str:
     return (
         f"wiretape: verdict {status}{extra} ({v.mode}): recorded {v.recorded}, exact {v.exact}, "
         f"substituted {v.substituted}, {equivalent}diverged {v.diverged}, missing {v.missing}, "
-        f"unused {v.unused}{_messages_part(v)}{_tools_part(v)}; outcome: {outcome}{tail}"
+        f"unused {v.unused}{_messages_part(v)}{_tools_part(v)}{_mcp_part(v)}; "
+        f"outcome: {outcome}{tail}"
     )
 
 
@@ -73,6 +74,23 @@ def _tools_part(v: Verdict) -> str:
     return (f"; tools: recorded {t.recorded}, exact {t.exact}, substituted {t.substituted}, "
             f"equivalent {t.equivalent}, diverged {t.diverged}, missing {t.missing}, "
             f"unused {t.unused}")
+
+
+def _mcp_part(v: Verdict) -> str:
+    """``; mcp: sessions 1/1, exact N, ...`` when stdio MCP sessions were
+    recorded or asked for: sessions played of recorded (and those a shim
+    asked for with none left), then their messages as ``messages:``."""
+    c = v.mcp
+    if c is None:
+        return ""
+    m = c.messages
+    missing = f" (missing {c.missing})" if c.missing else ""
+    substituted = f"substituted {m.substituted}, " if m.substituted else ""
+    equivalent = f"equivalent {m.equivalent}, " if m.equivalent or v.allow else ""
+    not_sent = f" (server messages not sent: {m.not_sent})" if m.not_sent else ""
+    return (f"; mcp: sessions {c.played}/{c.recorded}{missing}, exact {m.exact}, "
+            f"{substituted}{equivalent}diverged {m.diverged}, missing {m.missing}, "
+            f"unused {m.unused}{not_sent}")
 
 
 def row_label(row: ReplayRow) -> str:
@@ -272,7 +290,8 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
         if kind == "exact":
             messages = _message_lines(row.get("detail", {}), style, v.allow)
             if messages:
-                lines.append(style(f"{row_label(row)}: exact, its WebSocket session:",
+                what = "MCP" if row.get("method") == "MCP" else "WebSocket"
+                lines.append(style(f"{row_label(row)}: exact, its {what} session:",
                                    bold=True))
                 lines.extend(messages)
             continue

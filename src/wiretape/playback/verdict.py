@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NotRequired, TypedDict
+from typing import NamedTuple, NotRequired, TypedDict
 
 # The exit codes of ``wiretape replay`` live in errors (the CLI reads them
 # without loading this module); they are named here too.
@@ -108,6 +108,25 @@ def is_tool_row(row: ReplayRow) -> bool:
     """Whether a replay row is a tool exchange's request (its detail names
     a tool origin)."""
     return exchange_kind(row.get("detail", {}).get("origin", "")) == "tool"
+class McpCountsJSON(MessageCountsJSON):
+    """The stdio MCP sessions (``wiretape mcp``): how many were recorded,
+    played, asked for with none left (``missing``) and never asked for
+    (``unused``), and their JSON-RPC messages counted as WebSocket
+    messages are."""
+
+    sessions: dict[str, int]
+
+
+class McpCounts(NamedTuple):
+    """The stdio MCP sessions of a replay: recorded, played, asked for by a
+    shim with none of its server's left, recorded and never asked for;
+    and their messages (playback.messages)."""
+
+    recorded: int
+    played: int
+    missing: int
+    unused: int
+    messages: MessageCounts
 
 
 #: The verdict's JSON form (``--json``): the fields, then the derived numbers.
@@ -138,6 +157,7 @@ VerdictJSON = TypedDict("VerdictJSON", {
     "rules": list[LearnedJSON],
     "messages": NotRequired[MessageCountsJSON],
     "tools": NotRequired[ToolCountsJSON],
+    "mcp": NotRequired[McpCountsJSON],
 })
 
 
@@ -179,12 +199,26 @@ class Verdict:
     #: the tool exchanges counted by kind; None when the run recorded none
     #: and the replay asked for none
     tools: ToolCounts | None = None
+    #: the stdio MCP sessions (``wiretape mcp``); None when the run
+    #: recorded none and no shim asked for one
+    mcp: McpCounts | None = None
 
     @property
     def tools_pass(self) -> bool:
         """Every recorded tool exchange was matched and no tool request was
         missing (True when there were none)."""
         return self.tools is None or self.tools.passed(self.allow_substitutions)
+
+    @property
+    def mcp_pass(self) -> bool:
+        """Every recorded MCP session was played and every shim found one,
+        and their messages pass as a WebSocket session's do."""
+        c = self.mcp
+        if c is None:
+            return True
+        m = c.messages
+        return (c.missing == c.unused == 0 and m.diverged == m.missing == m.unused == 0
+                and (self.allow_substitutions or m.substituted == 0))
 
     @property
     def messages_pass(self) -> bool:
@@ -205,7 +239,7 @@ class Verdict:
         matched = (self.exact + (self.substituted if self.allow_substitutions else 0)
                    + self.equivalent)
         return (matched == self.recorded and self.missing == 0 and self.messages_pass
-                and self.tools_pass)
+                and self.tools_pass and self.mcp_pass)
 
     @property
     def rules(self) -> list[LearnedJSON]:
@@ -281,6 +315,13 @@ class Verdict:
                                "not_sent": m.not_sent}
         if self.tools is not None:
             out["tools"] = self.tools.to_json(self.allow_substitutions)
+        if self.mcp is not None:
+            c, m = self.mcp, self.mcp.messages
+            out["mcp"] = {"sessions": {"recorded": c.recorded, "played": c.played,
+                                       "missing": c.missing, "unused": c.unused},
+                          "exact": m.exact, "substituted": m.substituted,
+                          "equivalent": m.equivalent, "diverged": m.diverged,
+                          "missing": m.missing, "unused": m.unused, "not_sent": m.not_sent}
         return out
 
     def _to_json(self) -> VerdictJSON:
@@ -325,24 +366,31 @@ def compute(
     describe: Mapping[int, ExchangeSummary] | None = None,
     allow: Sequence[str] = (),
     tool_seqs: Sequence[int] = (),
+    mcp_seqs: Sequence[int] = (),
 ) -> Verdict:
     """Count the rows: each row has ``kind`` and ``seq`` (the recorded
     exchange it consumed, None for missing). ``describe`` maps a recorded
     seq to what to show of it when it is unused. ``recorded_seqs`` are the
     model exchanges', ``tool_seqs`` the tool exchanges' (``--tools``):
-    a tool request's row (``is_tool_row``) is counted with the latter."""
+    a tool request's row (``is_tool_row``) is counted with the latter.
+    ``mcp_seqs``: the recorded stdio MCP sessions (in neither), counted
+    apart with the rows of method ``MCP``."""
     tools = _tool_counts(tool_seqs, [r for r in rows if is_tool_row(r)], describe or {})
     rows_all, rows = rows, [r for r in rows if not is_tool_row(r)]
     counts = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
     used: set[int] = set()
+    mcp_rows = [row for row in rows if row.get("method") == MCP_METHOD]
+    rows_of_mcp = {id(row) for row in mcp_rows}
     for row in rows:
+        if id(row) in rows_of_mcp:
+            continue
         counts[row["kind"]] += 1
         seq = row.get("seq")
         if seq is not None:
             used.add(int(seq))
     unused = tuple(s for s in recorded_seqs if s not in used)
     sessions = [row["detail"]["messages"] for row in rows
-                if "messages" in row.get("detail", {})]
+                if "messages" in row.get("detail", {}) and id(row) not in rows_of_mcp]
     return Verdict(
         run_id=run_id,
         replay_id=replay_id,
@@ -363,6 +411,7 @@ def compute(
         allow=tuple(allow),
         messages=message_counts(sessions) if sessions else None,
         tools=tools,
+        mcp=_mcp_counts(mcp_seqs, mcp_rows) if mcp_seqs or mcp_rows else None,
     )
 
 
@@ -383,6 +432,20 @@ def _tool_counts(tool_seqs: Sequence[int], rows: Sequence[ReplayRow],
     return ToolCounts(len(tool_seqs), counts["exact"], counts["substituted"],
                       counts["equivalent"], counts["diverged"], counts["missing"], unused,
                       tuple(_unused(s, describe.get(s)) for s in unused))
+
+
+#: The method of a replay row that is a stdio MCP session (``proxy.mcp``).
+MCP_METHOD = "MCP"
+
+
+def _mcp_counts(recorded: Sequence[int], rows: Sequence[ReplayRow]) -> McpCounts:
+    played = {seq for row in rows if (seq := row.get("seq")) is not None}
+    return McpCounts(
+        recorded=len(recorded), played=len(played),
+        missing=sum(1 for row in rows if row["kind"] == "missing"),
+        unused=sum(1 for seq in recorded if seq not in played),
+        messages=message_counts([row["detail"]["messages"] for row in rows
+                                 if "messages" in row.get("detail", {})]))
 
 
 def _unused(seq: int, summary: ExchangeSummary | None) -> UnusedExchange:

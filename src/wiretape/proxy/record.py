@@ -24,6 +24,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import itertools
+import json
 import os
 import sys
 import time
@@ -33,9 +34,9 @@ from dataclasses import dataclass, field
 import httpx
 
 from wiretape.errors import RunFileWriteError, write_failure_reason
-from wiretape.model import Ending, Exchange, Frame, Redaction, Request, Response
+from wiretape.model import Ending, Exchange, Frame, Message, Redaction, Request, Response
 from wiretape.origins import UpstreamOptions, parse_upstream
-from wiretape.proxy import upstream, ws_record
+from wiretape.proxy import mcp, upstream, ws_record
 from wiretape.proxy.hop import ClientHead, Framing
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responder
 from wiretape.proxy.shapes import error_response, unreachable_response
@@ -65,6 +66,8 @@ class RecordStats:
     not_saved: int = 0
     #: requests answered with an error after a write failed, not forwarded
     refused: int = 0
+    #: of ``exchanges``, the stdio MCP sessions stored
+    mcp_sessions: int = 0
 
 
 class Recorder:
@@ -299,6 +302,39 @@ class Recorder:
                 session.ttfb_ns, time.monotonic_ns() - t0, session.error,
                 tuple(session.messages)), None, None)
 
+    async def mcp_session(self, hello: mcp.Hello, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        """A stdio MCP session relayed by ``wiretape mcp`` (``proxy.mcp``):
+        stored, when the shim's link ends, as one exchange of origin
+        ``mcp:NAME`` (its request's body the server's command) with every
+        JSON-RPC message that crossed, redacted as WebSocket messages are;
+        stored also when wiretape stops during the session."""
+        if self.write_failure is not None:
+            writer.write(mcp.encode({"error": str(self.write_failure)}))
+            return
+        seq = next(self._seq)
+        wall, t0 = time.time_ns(), time.monotonic_ns()
+        messages: list[Message] = []
+        ending, error = Ending.COMPLETE, None
+        try:
+            while (obj := await mcp.read(reader)) is not None:
+                line, t = obj.get("line"), obj.get("t")
+                if "error" in obj:
+                    ending, error = Ending.ORIGIN_RESET, str(obj["error"])
+                elif isinstance(line, str) and isinstance(t, int):
+                    messages.append(mcp.message(str(obj.get("dir")), line, t))
+        except mcp.LinkError as exc:
+            ending, error = Ending.CLIENT_GONE, f"wiretape mcp sent {exc}"
+        except asyncio.CancelledError:
+            ending, error = Ending.CLIENT_GONE, "wiretape stopped during the MCP session"
+            raise
+        finally:
+            body = json.dumps({"command": list(hello.command)}).encode()
+            self._schedule_store(Exchange(
+                seq, 0, hello.origin, wall, Request(mcp.METHOD, mcp.TARGET, (), body),
+                Response(101, b"MCP stdio", (), ()), ending, 0, time.monotonic_ns() - t0,
+                error, tuple(messages)), None, None)
+
     async def _refuse(self, conn: Responder, request: Request,
                       failure: RunFileWriteError) -> None:
         self.stats.refused += 1
@@ -379,6 +415,7 @@ class Recorder:
             return
         stored, response_bytes = result
         self.stats.exchanges += 1
+        self.stats.mcp_sessions += stored.kind == "mcp"
         self.stats.body_bytes += (len(stored.request.body) + response_bytes
                                   + sum(len(m.payload) for m in stored.messages))
         if exchange.ending is not Ending.COMPLETE:

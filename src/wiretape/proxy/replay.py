@@ -27,6 +27,7 @@ from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT
 from wiretape.matching import Explanation, explain
 from wiretape.matching.correspond import Learned
 from wiretape.model import (
+    MCP_ORIGIN_PREFIX,
     TOOL_ORIGIN_PREFIX,
     Ending,
     Exchange,
@@ -42,6 +43,7 @@ from wiretape.playback.decide import (
     Candidate,
     Decision,
     Kind,
+    Mode,
     Policy,
     Remaining,
     decide,
@@ -49,7 +51,7 @@ from wiretape.playback.decide import (
 )
 from wiretape.playback.messages import SessionScript, Step, message_label, never_received
 from wiretape.playback.pacing import Pace, schedule
-from wiretape.proxy import ws_replay
+from wiretape.proxy import mcp, mcp_replay, ws_replay
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responder
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.websocket import is_upgrade
@@ -156,13 +158,19 @@ class Replayer:
         self._run = run
         # Model exchanges are one tape, whatever their origin; each tool
         # origin's (``--tools``) a tape of its own: a page of one host never
-        # answers a request for another.
+        # answers a request for another. Stdio MCP sessions are played to
+        # `wiretape mcp`, never to a request.
         self._tape = Tape.of([e for e in exchanges if e.kind == "model"])
         tools: dict[str, list[Exchange]] = {}
         for e in exchanges:
             if e.kind == "tool":
                 tools.setdefault(e.origin, []).append(e)
         self._tool_tapes = {origin: Tape.of(found) for origin, found in tools.items()}
+        #: the recorded MCP sessions left, by origin (``mcp:NAME``), in order
+        self._mcp: dict[str, list[Exchange]] = {}
+        for e in sorted(exchanges, key=lambda e: e.seq):
+            if e.kind == "mcp":
+                self._mcp.setdefault(e.origin, []).append(e)
         self._responses = tuple(e.response for e in exchanges if e.response is not None)
         #: what the recorded WebSocket sessions' servers sent (answers too)
         self._server_messages = tuple(m.payload for e in exchanges for m in e.messages
@@ -333,6 +341,72 @@ class Replayer:
         finally:  # (also when the session is cut off: what was decided is kept)
             row["detail"]["messages"] = script.result()
             self._unwritten.append((row, live, time.time_ns()))
+
+    async def mcp_session(self, hello: mcp.Hello, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        """Play the next recorded session of the MCP server ``hello`` names
+        to its shim (``proxy.mcp_replay``). The session is one row (method
+        ``MCP``, target the server's name) whose detail carries the
+        messages' decisions, written when it ends; a server with no
+        recorded session left is a missing row, and the shim is told."""
+        async with self._lock:
+            left = self._mcp.get(hello.origin, [])
+            exchange = left.pop(0) if left and self.stopped is None else None
+            row: ReplayRow = {
+                "index": next(self._idx), "kind": "exact" if exchange else "missing",
+                "seq": exchange.seq if exchange else None, "served": exchange is not None,
+                "method": mcp.METHOD.decode(), "target": hello.name,
+                "detail": {"fields": [], "header_notes": [], "body_bytes_differ": 0,
+                           "first_body_offset": None, "substitutions": []}}
+            if self.stopped is None:
+                self.rows.append(row)
+                if self._on_decision is not None:
+                    self._on_decision(row)
+        live = Request(mcp.METHOD, hello.name.encode(), (), b"")
+        if exchange is None:
+            stop_now = False
+            if self.stopped is not None:
+                reason = f"wiretape: the replay has stopped ({self.stopped})"
+            else:
+                recorded = sorted(o.removeprefix(MCP_ORIGIN_PREFIX) for o in self._mcp)
+                reason = (f"wiretape replay: no recorded session of MCP server {hello.name!r} "
+                          "is left (missing; "
+                          + (f"the run recorded sessions of {', '.join(recorded)})" if recorded else
+                             "the run recorded no MCP session: record it with the server's "
+                             "command behind `wiretape mcp --`)"))
+                self._unwritten.append((row, live, time.time_ns()))
+                self._write_decided()
+                if self._policy.mode is Mode.STRICT:
+                    self.stopped, stop_now = f"missing MCP session {hello.name!r}", True
+            # The shim says why first: a strict stop ends the agent's group.
+            await mcp_replay.end(reader, writer, reason)
+            if stop_now and self._on_stop is not None and self.stopped is not None:
+                self._on_stop(self.stopped)
+            return
+        script = SessionScript(exchange.messages, self._policy, _Shared(self))
+
+        def redact(payload: bytes, recorded: bytes | None) -> bytes:
+            return self.redactor.text(payload, "client-message", recorded)
+
+        def stop(step: Step) -> str:
+            d = step.decision
+            spans = d.get("explanation", {}).get("spans", [])
+            where = (f" at {spans[0]['pointer'] or '/'}"
+                     if spans and spans[0]["pointer"] is not None else "")
+            label = message_label(d)  # (names the JSON-RPC method)
+            self.stopped = f"{d['kind']} {label} of MCP server {hello.name!r}{where}"
+            return f"wiretape replay: {label} {d['kind']}{where}"
+
+        try:
+            ended = await mcp_replay.play(reader, writer, script, pace=self._pace,
+                                          redact=redact, on_stop=stop, lock=self._lock)
+        finally:  # (also when the session is cut off: what was decided is kept)
+            row["detail"]["messages"] = script.result()
+            self._unwritten.append((row, live, time.time_ns()))
+            self._write_decided()
+        # A strict stop, once the shim has said why (it is in the agent's group).
+        if ended is not None and ended.stop and self.stopped and self._on_stop is not None:
+            self._on_stop(self.stopped)
 
     def _decide(self, request: Request, tape: Tape | None = None,
                 ) -> tuple[Request, Decision | None, Explanation | None]:

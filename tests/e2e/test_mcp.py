@@ -1,0 +1,404 @@
+"""Stdio MCP servers as fixtures (DESIGN.md, "MCP servers"): an agent with
+a real MCP client (the ``mcp`` SDK's stdio client, which gives its server
+a reduced environment) starts ``wiretape mcp -- notes-server`` as its
+server; ``wiretape record`` stores the session's JSON-RPC messages; a
+replay answers the agent from the run with the server's command gone from
+PATH, and a changed tool argument diverges, naming the MCP method and the
+pointer. Bad input is one line each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wiretape.launch.isolate import capabilities
+from wiretape.testing import FakeProvider, script_from_json
+
+CAPS = capabilities()
+
+HERE = Path(__file__).resolve().parent / "clients_mcp"
+AGENT = str(HERE / "mcp_agent.py")
+SERVER = str(HERE / "notes_server.py")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+TURNS = [{"tool_calls": [{"name": "read_note", "arguments": {"name": "launch"}}]},
+         {"text": "The note says the code is 7-ALPHA-9.", "expect": "7-ALPHA-9"}]
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "sh", "version": "1"}}})
+
+_SCRUB = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "HTTP_PROXY", "HTTPS_PROXY",
+          "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "WIRETAPE_MCP")
+
+
+class Scene:
+    """A folder with ``bin/wiretape`` (this checkout: an MCP client passes
+    its server no PYTHONPATH), ``servers/notes-server`` (the MCP server,
+    on PATH only while recording) and a store."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.bin = root / "bin"
+        self.servers = root / "servers"
+        for folder in (self.bin, self.servers):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._script(self.bin / "wiretape",
+                     f'PYTHONPATH={SRC} exec {sys.executable} -m wiretape "$@"')
+        self._script(self.servers / "notes-server", f'exec {sys.executable} {SERVER} "$@"')
+        self.run = root / "run.wtape"
+
+    @staticmethod
+    def _script(path: Path, line: str) -> None:
+        path.write_text(f"#!/bin/sh\n{line}\n")
+        path.chmod(0o755)
+
+    def env(self, *, server_on_path: bool) -> dict[str, str]:
+        out = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+        path = [str(self.bin), *([str(self.servers)] if server_on_path else []),
+                os.environ.get("PATH", "")]
+        out.update(OPENAI_API_KEY="sk-mcp-test", PYTHONUNBUFFERED="1", NO_PROXY="127.0.0.1",
+                   WIRETAPE_HOME=str(self.root / "store"), PATH=os.pathsep.join(path),
+                   PYTHONPATH=SRC)
+        return out
+
+    def wiretape(self, *args: str, server_on_path: bool = False,
+                 timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "wiretape", *args], cwd=self.root,
+                              env=self.env(server_on_path=server_on_path), capture_output=True,
+                              text=True, timeout=timeout)
+
+    def agent(self, note: str) -> list[str]:
+        return [sys.executable, AGENT, note, "--", "wiretape", "mcp", "--name", "notes", "--",
+                "notes-server"]
+
+
+def verdict_of(stdout: str) -> dict[str, object]:
+    """The verdict ``replay --json`` printed after what the agent did."""
+    start = stdout.index('{\n  "run_id"')
+    verdict: dict[str, object] = json.loads(stdout[start:])
+    return verdict
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Scene:
+    scene = Scene(tmp_path_factory.mktemp("mcp"))
+    with FakeProvider(script_from_json(TURNS)) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", *scene.agent("launch"),
+                              server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    assert "The note says the code is 7-ALPHA-9." in done.stdout
+    return scene
+
+
+def test_the_session_is_recorded_with_its_messages(recorded: Scene) -> None:
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(recorded.run) as run:
+        exchanges = run.exchanges()
+    sessions = [e for e in exchanges if e.kind == "mcp"]
+    assert [e.origin for e in sessions] == ["mcp:notes"]
+    (session,) = sessions
+    assert json.loads(session.request.body) == {"command": ["notes-server"]}
+    methods = [json.loads(m.payload).get("method") for m in session.messages
+               if m.direction == "client"]
+    assert methods == ["initialize", "notifications/initialized", "tools/list", "tools/call"]
+    served = [json.loads(m.payload) for m in session.messages if m.direction == "server"]
+    assert served[-1]["result"]["content"][0]["text"] == "The launch code is 7-ALPHA-9."
+    offsets = [m.offset_ns for m in session.messages]
+    assert offsets == sorted(offsets) and offsets[0] >= 0
+    # the model's two calls are stored as before
+    assert [e.request.target for e in exchanges if e.kind == "model"] == [
+        b"/v1/chat/completions"] * 2
+
+
+def test_show_lists_the_mcp_call_next_to_the_models_tool_call(recorded: Scene) -> None:
+    done = recorded.wiretape("show", str(recorded.run))
+    assert done.returncode == 0, done.stderr
+    assert "MCP session of server 'notes', 7 messages (4 from the client" in done.stdout
+    ledger = next(line for line in done.stdout.splitlines() if "call_fake_1_0" in line
+                  and "read_note" in line and "completed" in line)
+    assert "mcp notes #0 message #5" in ledger
+    data = json.loads(recorded.wiretape("show", str(recorded.run), "--json").stdout)
+    calls = data["mcp_calls"]
+    assert [(c["method"], c["tool"], c["caused_by"]) for c in calls] == [
+        ("tools/list", None, None), ("tools/call", "read_note", "call_fake_1_0")]
+    assert calls[1]["arguments"] == '{"name": "launch"}'
+    assert calls[1]["result"] == "The launch code is 7-ALPHA-9."
+    report = recorded.root / "r.html"
+    assert recorded.wiretape("report", str(recorded.run), "-o", str(report)).returncode == 0
+    html = report.read_text()
+    assert "MCP session of server notes: 7 messages" in html
+    assert 'data-mcp="0:5">MCP notes #0 message #5' in html
+    har = recorded.root / "r.har"
+    assert recorded.wiretape("export", str(recorded.run), "--har", str(har)).returncode == 0
+    entry = json.loads(har.read_text())["log"]["entries"][0]
+    assert (entry["request"]["url"], len(entry["_webSocketMessages"])) == ("mcp://notes/stdio", 7)
+    again = recorded.root / "again.wtape"
+    assert recorded.wiretape("import", "--har", str(har), "-o", str(again)).returncode == 0
+    copy = json.loads(recorded.wiretape("show", str(again), "--json").stdout)
+    assert copy["exchanges"][0]["origin"] == "mcp:notes"
+    assert copy["mcp_calls"] == calls
+
+
+def test_replay_answers_from_the_run_without_the_server(recorded: Scene) -> None:
+    done = recorded.wiretape("replay", str(recorded.run), "--json", "--",
+                             *recorded.agent("launch"))
+    assert done.returncode == 0, done.stderr
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["pass"] is True
+    assert (verdict["recorded"], verdict["exact"]) == (2, 2)
+    mcp = verdict["mcp"]
+    assert mcp["sessions"] == {"recorded": 1, "played": 1, "missing": 0, "unused": 0}
+    assert (mcp["exact"], mcp["diverged"], mcp["missing"], mcp["unused"]) == (4, 0, 0, 0)
+    assert "messages" not in verdict  # (no WebSocket session)
+    line = recorded.wiretape("verdict", str(recorded.run)).stdout.splitlines()[0]
+    assert "; mcp: sessions 1/1, exact 4, diverged 0, missing 0, unused 0;" in line
+
+
+@pytest.mark.skipif(not CAPS.network_namespaces,
+                    reason=CAPS.reasons.get("network_namespaces", ""))
+def test_an_offline_agent_reaches_the_replay_in_its_own_network(recorded: Scene) -> None:
+    """With --offline the agent has only its own loopback: the hub listens there."""
+    done = recorded.wiretape("replay", str(recorded.run), "--offline", "--json", "--",
+                             *recorded.agent("launch"))
+    assert done.returncode == 0, done.stderr
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["mcp"]["exact"] == 4 and verdict["pass"] is True
+
+
+def test_a_changed_tool_argument_diverges_naming_the_method(recorded: Scene) -> None:
+    done = recorded.wiretape("replay", str(recorded.run), "--json", "--",
+                             *recorded.agent("lunch"))
+    assert done.returncode == 3, done.stderr
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["pass"] is False
+    assert (verdict["mcp"]["exact"], verdict["mcp"]["diverged"]) == (3, 1)
+    stopped = verdict["outcome"]["stopped"]["reason"]
+    assert stopped == ("diverged message #5 (client tools/call read_note) of MCP server "
+                       "'notes' at /params/arguments/name")
+    (row,) = [r for r in verdict["requests"] if r["method"] == "MCP"]
+    (decision,) = [d for d in row["detail"]["messages"]["decisions"] if d["kind"] != "exact"]
+    assert decision["method"] == "tools/call read_note"
+    span = decision["explanation"]["spans"][0]
+    assert (span["pointer"], span["recorded"], span["live"]) == (
+        "/params/arguments/name", "launch", "lunch")
+    # the shim told the agent in one line what stopped it
+    said = [line for line in done.stderr.splitlines() if line.startswith("wiretape mcp")]
+    assert said == ["wiretape mcp (notes): wiretape replay: message #5 (client tools/call "
+                    "read_note) diverged at /params/arguments/name"]
+
+
+def test_a_replay_of_a_run_without_mcp_messages_says_so(tmp_path: Path) -> None:
+    scene = Scene(tmp_path)
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", "sh", "-c", "true")
+    assert done.returncode == 0, done.stderr
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", "sh", "-c",
+                          f"echo '{INITIALIZE}' | wiretape mcp --name notes -- notes-server")
+    said = [line for line in done.stderr.splitlines() if line.startswith("wiretape mcp")]
+    assert said == ["wiretape mcp (notes): wiretape replay: no recorded session of MCP server "
+                    "'notes' is left (missing; the run recorded no MCP session: record it with "
+                    "the server's command behind `wiretape mcp --`)"]
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["pass"] is False
+    assert verdict["mcp"]["sessions"] == {"recorded": 0, "played": 0, "missing": 1, "unused": 0}
+
+
+def test_a_server_that_writes_what_is_not_json_is_one_line(tmp_path: Path) -> None:
+    scene = Scene(tmp_path)
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape(
+            "record", "-o", str(scene.run), "--no-snapshot", "--upstream", f"openai={fp.url}/v1",
+            "--", "sh", "-c", f"echo '{INITIALIZE}' | wiretape mcp -- notes-server --noisy",
+            server_on_path=True)
+    assert done.returncode == 2, done.stderr
+    said = [line for line in done.stderr.splitlines() if "wiretape mcp" in line]
+    assert said == ["wiretape mcp: MCP server 'notes-server' (notes-server --noisy) wrote a line "
+                    "that is not JSON: b'Starting notes server v1.0...\\n' to stdout, where the "
+                    "stdio transport carries only JSON-RPC messages, one per line: make it log "
+                    "to stderr"]
+    assert "Traceback" not in done.stderr
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
+    assert session.error is not None and "not JSON" in session.error
+    assert [m.direction for m in session.messages] == ["client"]
+
+
+def test_a_server_command_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
+    scene = Scene(tmp_path)
+    # outside a recording, and under one
+    done = scene.wiretape("mcp", "--", "no-such-mcp-server", "--flag")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "wiretape: error: cannot run command 'no-such-mcp-server': not found on PATH: check "
+        "the MCP server's command in the agent's MCP config"]
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape(
+            "record", "-o", str(scene.run), "--no-snapshot", "--upstream", f"openai={fp.url}/v1",
+            "--", "sh", "-c", f"echo '{INITIALIZE}' | wiretape mcp -- no-such-mcp-server")
+    assert done.returncode == 2
+    # the shim's line (the record's summary names the session that failed too)
+    assert [line for line in done.stderr.splitlines() if line.startswith("wiretape: error")] == [
+        "wiretape: error: cannot run command 'no-such-mcp-server': not found on PATH: check "
+        "the MCP server's command in the agent's MCP config"]
+
+
+def test_outside_wiretape_the_server_runs_unrecorded(tmp_path: Path) -> None:
+    scene = Scene(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "wiretape", "mcp", "--", "notes-server"],
+                          input=INITIALIZE + "\n", env=scene.env(server_on_path=True),
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"]["serverInfo"]["name"] == "notes"
+    assert done.stderr.splitlines() == [
+        "wiretape mcp: not under `wiretape record` or `wiretape replay` (WIRETAPE_MCP is not "
+        "set): running MCP server 'notes-server' unrecorded", "notes server: started"]
+
+
+def _call(rid: int, note: str) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                       "params": {"name": "read_note", "arguments": {"name": note}}})
+
+
+def _shim(name: str, *lines: str) -> str:
+    """A shell line that feeds ``lines`` to ``wiretape mcp --name NAME``."""
+    return (f"printf '%s\\n' {' '.join(shlex.quote(x) for x in lines)} | "
+            f"wiretape mcp --name {name} -- notes-server")
+
+
+def test_several_servers_and_sessions_of_one_are_kept_apart_and_redacted(tmp_path: Path) -> None:
+    scene = Scene(tmp_path)
+    agent = "; ".join([_shim("a", INITIALIZE, _call(1, "deploy")), _shim("b", INITIALIZE),
+                       _shim("a", INITIALIZE, _call(1, "launch"))])
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", "sh", "-c", agent,
+                              server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    assert "7-ALPHA-9" in done.stdout
+    assert ": 3 exchanges (3 MCP sessions), " in done.stderr
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        sessions = [e for e in run.exchanges() if e.kind == "mcp"]
+        facts = [fact.location for _, fact in run.redactions()]
+    assert [e.origin for e in sessions] == ["mcp:a", "mcp:b", "mcp:a"]
+    assert [len(e.messages) for e in sessions] == [4, 2, 4]
+    stored = b"".join(m.payload for e in sessions for m in e.messages)
+    assert b"ghp_" not in stored and b"R2d2C3po" not in stored  # the token never reached the disk
+    assert "server-message" in facts
+
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", "sh", "-c", agent)
+    assert done.returncode == 0, done.stderr
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["mcp"]["sessions"] == {"recorded": 3, "played": 3, "missing": 0, "unused": 0}
+    assert verdict["mcp"]["exact"] == 5 and verdict["pass"] is True
+
+    # a replay that never starts b, nor a's second session: two sessions unused
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", "sh", "-c",
+                          _shim("a", INITIALIZE, _call(1, "deploy")))
+    assert done.returncode == 3, done.stderr
+    verdict = verdict_of(done.stdout)
+    assert verdict["mcp"]["sessions"] == {"recorded": 3, "played": 1, "missing": 0, "unused": 2}
+    assert "; mcp: sessions 1/3, exact 2," in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_nanobot_calls_a_stdio_mcp_server_through_the_shim(tmp_path: Path) -> None:
+    """nanobot (nanobot-ai 0.3.5) with ``tools.mcpServers.notes`` started as
+    ``wiretape mcp --name notes -- notes-server``: recorded, then replayed
+    strict with notes-server gone from PATH; the same answer, every request
+    and MCP message exact."""
+    import socket
+
+    import nanobot_support as nbs
+
+    scene = Scene(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    prompt = "What does the launch note say? Use the notes server."
+    nano = nbs.make_scene(tmp_path / "nanobot", f"http://127.0.0.1:{port}/v1", prompt=prompt)
+
+    def configure() -> None:
+        config = json.loads(nano.config_path.read_text())
+        config["tools"]["mcpServers"] = {"notes": {
+            "command": "wiretape", "args": ["mcp", "--name", "notes", "--", "notes-server"]}}
+        nano.config_path.write_text(json.dumps(config))
+
+    def env(*, server_on_path: bool) -> dict[str, str]:
+        return nano.env(scene.env(server_on_path=server_on_path))
+
+    configure()
+    turns = [{"tool_calls": [{"name": "mcp_notes_read_note", "arguments": {"name": "launch"}}],
+              "expect": "notes"},
+             {"text": "The launch note says 7-ALPHA-9.", "expect": "7-ALPHA-9"}]
+    with FakeProvider(script_from_json(turns)) as fp:
+        done = subprocess.run(
+            [sys.executable, "-m", "wiretape", "record", "-o", str(scene.run), "--upstream",
+             f"custom={fp.url}/v1", "--port", str(port), "--snapshot", str(nano.workspace),
+             "--", *nano.argv()], env=env(server_on_path=True), cwd=nano.root,
+            capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+        assert len(fp.requests) == 2, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert nbs.final_answer(done.stdout) == "The launch note says 7-ALPHA-9."
+    assert 'notes::read_note("launch")' in done.stdout
+
+    nano.reset()
+    configure()
+    done = subprocess.run(
+        [sys.executable, "-m", "wiretape", "replay", str(scene.run), "--json"],
+        env=env(server_on_path=False), cwd=nano.root, capture_output=True, text=True,
+        timeout=180, stdin=subprocess.DEVNULL)
+    verdict: Any = verdict_of(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert verdict["pass"] is True
+    assert (verdict["recorded"], verdict["exact"]) == (2, 2)
+    mcp = verdict["mcp"]
+    assert mcp["sessions"] == {"recorded": 1, "played": 1, "missing": 0, "unused": 0}
+    assert mcp["exact"] >= 3 and mcp["diverged"] == mcp["missing"] == mcp["unused"] == 0
+    assert verdict["outcome"]["stdout"]["same"] is True
+    shown = json.loads(scene.wiretape("show", str(scene.run), "--json").stdout)
+    (call,) = [c for c in shown["mcp_calls"] if c["method"] == "tools/call"]
+    assert (call["tool"], call["caused_by"]) == ("read_note", "call_fake_1_0")
+
+
+def test_a_shim_stopped_by_its_client_stops_the_server_and_keeps_the_session(
+        tmp_path: Path) -> None:
+    """MCP clients stop their server with SIGTERM: the shim passes it to the
+    real server, and the session is kept with what crossed."""
+    scene = Scene(tmp_path)
+    agent = (
+        "import signal, subprocess, sys\n"
+        "p = subprocess.Popen(['wiretape', 'mcp', '--name', 'notes', '--', 'notes-server'],"
+        " stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+        f"p.stdin.write({INITIALIZE!r}.encode() + b'\\n'); p.stdin.flush()\n"
+        "print(p.stdout.readline().decode().strip())\n"
+        "p.send_signal(signal.SIGTERM)\n"
+        "print('shim exit', p.wait())\n")
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", sys.executable, "-c", agent,
+                              server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    answer, status = done.stdout.splitlines()
+    assert json.loads(answer)["result"]["serverInfo"]["name"] == "notes"
+    assert status == "shim exit 143"  # (the server's end by SIGTERM, as a shell says it)
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
+    assert [m.direction for m in session.messages] == ["client", "server"]
+    assert session.error is None
