@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect as ws_connect
+from websockets.utils import accept_key
 
 from support.inproc import RawClient, in_loop, listening, request_bytes
 from support.raw_upstream import (
@@ -35,6 +37,8 @@ from wiretape.model import (
     Ending,
     Exchange,
     Frame,
+    Message,
+    Opcode,
     Origin,
     Redaction,
     Request,
@@ -713,3 +717,76 @@ async def test_a_replayed_answer_due_at_once_goes_out_in_one_write(
     assert got.head == SSE_HEAD and got.chunks == [f.data for f in FRAMES]
     assert writes == [SSE_HEAD + b"".join(b"%x\r\n%s\r\n" % (len(f.data), f.data)
                                           for f in FRAMES) + b"0\r\n\r\n"]
+
+
+WS_KEY = "dGhlIHNhbXBsZSBub25jZQ=="
+
+
+def ws_session(seq: int, *messages: Message) -> Exchange:
+    """A recorded WebSocket session: the upgrade, the origin's 101, ``messages``."""
+    request = Request(b"GET", b"/v1/realtime", (
+        (b"Host", b"127.0.0.1"), (b"Upgrade", b"websocket"), (b"Connection", b"Upgrade"),
+        (b"Sec-WebSocket-Key", WS_KEY.encode()), (b"Sec-WebSocket-Version", b"13")), b"")
+    response = Response(101, b"Switching Protocols", (
+        (b"Upgrade", b"websocket"), (b"Connection", b"Upgrade"),
+        (b"Sec-WebSocket-Accept", accept_key(WS_KEY).encode())), ())
+    return Exchange(seq, 1, "openai", INFO.started_at_ns + seq, request, response,
+                    Ending.COMPLETE, 1_000_000, 90_000_000, None, messages)
+
+
+class LockWatchingRedactor(LiveRedactor):
+    """Notes, at each live message it redacts, whether the replay's lock
+    was held and on which thread it ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock: asyncio.Lock | None = None
+        self.seen: list[tuple[bytes, bool, bool]] = []
+
+    def text(self, data: bytes, location: str, recorded: bytes | None = None,
+             facts: Any = None) -> bytes:
+        assert self.lock is not None
+        self.seen.append((data[:5], self.lock.locked(),
+                          threading.current_thread() is threading.main_thread()))
+        return super().text(data, location, recorded, facts)
+
+
+@in_loop
+async def test_a_replayed_websocket_message_is_redacted_holding_the_replay_s_lock(
+        tmp_path: Path) -> None:
+    """Redaction learns into rules the replay's HTTP exchanges share: each
+    live message is redacted holding the replayer's lock, a small one on
+    the loop, a large one on a worker thread (as an HTTP request is)."""
+    big = b'{"type":"big","text":"' + b"y" * 10_000 + b'"}'
+    path = tape(tmp_path / "r.wtape", ws_session(
+        0, Message("server", Opcode.TEXT, b'{"type":"hello"}', 1_000),
+        Message("client", Opcode.TEXT, b'{"type":"ping"}', 2_000),
+        Message("server", Opcode.TEXT, b'{"type":"pong"}', 3_000),
+        Message("client", Opcode.TEXT, big, 4_000),
+        Message("server", Opcode.TEXT, b'{"type":"done"}', 5_000)))
+    run = open_run(path, replay_logs=path.parent / "replays")
+    run.prepare_for_writes()
+    redactor = LockWatchingRedactor()
+    replayer = Replayer(run, run.exchanges(), Policy(mode=Mode.DIAGNOSTIC), redactor=redactor)
+    redactor.lock = replayer._lock
+    run.start_replay(replayer.replay_id, "diagnostic", {})
+    try:
+        async with listening(lambda conn_id: replayer.handler("openai", conn_id),
+                             error_body=error_body_for("/v1")) as (_, port):
+            ws = await ws_connect(f"ws://127.0.0.1:{port}/v1/realtime", compression=None,
+                                  open_timeout=5)
+            got = [await ws.recv()]
+            await ws.send(b'{"type":"ping"}'.decode())
+            got.append(await ws.recv())
+            await ws.send(big.decode())
+            got.append(await ws.recv())
+            await ws.close()
+        await replayer.finish()
+    finally:
+        run.close(compact=True)
+    assert got == ['{"type":"hello"}', '{"type":"pong"}', '{"type":"done"}']
+    # (the client's close, decided after these, is redacted likewise)
+    assert redactor.seen[:2] == [(b'{"typ', True, True), (b'{"typ', True, False)]
+    assert all(locked for _, locked, _ in redactor.seen)
+    decisions = replayer.rows[0]["detail"]["messages"]["decisions"]
+    assert [d["kind"] for d in decisions][:2] == ["exact", "exact"]
