@@ -19,7 +19,7 @@ import itertools
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from wiretape.errors import WiretapeError
 from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT
@@ -43,7 +43,7 @@ from wiretape.proxy import ws_replay
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responder
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.websocket import is_upgrade
-from wiretape.redaction import REDACTED, LiveRedactor
+from wiretape.redaction import REDACTED, LiveRedactor, Rules, redact_request, redact_text
 from wiretape.store.runfile import RunFile
 
 
@@ -165,6 +165,11 @@ class Replayer:
         self._unwritten: list[tuple[ReplayRow, Request, int]] = []
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
         self._writes: list[asyncio.Future[None]] = []
+        #: per recorded seq: the rules that were seen to leave its body as
+        #: it is (so a live body equal to it needs no scan while they hold)
+        self._clean: dict[int, Rules] = {}
+        self._prescan: asyncio.Future[None] | None = None
+        self._prescan_stop = False
 
     @property
     def learned(self) -> Learned:
@@ -178,10 +183,63 @@ class Replayer:
         return self._learned
 
     def handler(self, origin: str, connection_id: int) -> Handler:
+        self._start_prescan()
+
         async def handle(conn: Responder, request: Request) -> None:
             await self._answer(conn, request)
 
         return handle
+
+    def _start_prescan(self) -> None:
+        """Start looking at the recorded bodies on a worker thread (once,
+        on the event loop; see :meth:`_scan_recorded`)."""
+        if self._prescan is None:
+            self._prescan = asyncio.ensure_future(asyncio.to_thread(self._scan_recorded))
+
+    async def prescanned(self) -> None:
+        """Wait until every recorded body left has been looked at (see
+        :meth:`_scan_recorded`); starts that if it has not started."""
+        self._start_prescan()
+        assert self._prescan is not None
+        await asyncio.shield(self._prescan)
+
+    def _scan_recorded(self) -> None:
+        """For each recorded request not served yet, in order: whether
+        redacting its body with the rules of now changes nothing (then a
+        live body equal to it, byte for byte, is not scanned again while
+        the rules hold: :meth:`_redacted_as_recorded`). Runs once on a
+        worker thread from the first connection on, ahead of the agent's
+        requests; redaction's search leaves the GIL to the event loop."""
+        for seq, exchange in list(self._tape.exchanges.items()):
+            if self._prescan_stop:
+                return
+            request = exchange.request
+            if seq not in self._tape.remaining or header_values(request.headers,
+                                                                 b"content-encoding"):
+                continue
+            rules = self.redactor.rules
+            if redact_text(request.body, "request-body", rules)[0] == request.body:
+                self._clean[seq] = rules
+
+    def _redacted_as_recorded(self, request: Request) -> Request | None:
+        """``request`` redacted as :meth:`_redact` would, without scanning
+        its body, when that body is known to come out of redaction as it
+        is: a remaining recorded request has the same method, target and
+        body bytes, nothing on its route is to be learned from, and the
+        prescan saw today's rules leave that body unchanged. Else None.
+        Cheap (a dict lookup, one byte comparison): on the loop."""
+        rules = self.redactor.rules
+        if not self._clean or header_values(request.headers, b"content-encoding"):
+            return None
+        if not any(self._clean.get(c.seq) is rules
+                   for c in self._tape.remaining.same_bytes(request)):
+            return None
+        if self._tape.recorded_for(request):
+            return None
+        head, _ = redact_request(replace(request, body=b""), rules)
+        if (head.method, head.path) != (request.method, request.path):
+            return None  # moved to another route: learn as _redact does
+        return replace(head, body=request.body)
 
     async def finish(self) -> None:
         """Wait until every decision's log row is stored, then stop the
@@ -189,6 +247,9 @@ class Replayer:
         self._write_decided()
         writes, self._writes = self._writes, []
         results = await asyncio.gather(*writes, return_exceptions=True)
+        self._prescan_stop = True
+        if self._prescan is not None:
+            await asyncio.gather(self._prescan, return_exceptions=True)
         if self._writer is not None:
             self._writer.shutdown(wait=False)
             self._writer = None
@@ -199,12 +260,16 @@ class Replayer:
     async def _answer(self, conn: Responder, request: Request) -> None:
         session = False  # a WebSocket session to play
         async with self._lock:
-            if (len(request.body) + len(request.target) <= INLINE_BYTES
+            live_or_none = self._redacted_as_recorded(request)
+            if (live_or_none is None and len(request.body) + len(request.target) <= INLINE_BYTES
                     and not self._tape.recorded_for(request)):
+                live_or_none = self._redact(request)
+            if live_or_none is not None:
                 # A small request with nothing to learn from is redacted on
-                # the loop, and an exact one decided there (a dict lookup);
-                # any other goes off it.
-                live = self._redact(request)
+                # the loop, as is one whose body is a recorded one known to
+                # need no redaction, and an exact one decided there (a dict
+                # lookup and a byte comparison); any other goes off it.
+                live = live_or_none
                 decision = None if self.stopped else exact(live, self._tape.remaining,
                                                             self._policy)
                 explanation = None
