@@ -10,7 +10,6 @@ these definitions.
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -597,6 +596,7 @@ def ls_runs(as_json: bool) -> None:
                      "last_verdict": latest,
                      "last_verdict_exit_code": v.exit_code if v is not None else None})
     if as_json:
+        import json  # (not loaded by --help)
         click.echo(json.dumps(data, indent=2))
     elif not rows and skipped:
         click.echo(f"no readable runs under {runs_dir()} ({skipped} skipped: see above)")
@@ -641,6 +641,7 @@ def diff(run_a: str, run_b: str, as_json: bool) -> None:
     with RunFile.open(resolve_run(run_a)) as a, RunFile.open(resolve_run(run_b)) as b:
         result = diff_runs(a.exchanges(), b.exchanges())
     if as_json:
+        import json  # (not loaded by --help)
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
         for line in render.diff_lines(result, run_a, run_b):
