@@ -61,12 +61,12 @@ def _served(then: Callable[[list[Origin]], None] | None = None
     tape) out of the cyclic garbage collector's reach (``gc.freeze``, for
     the process's life): a full collection while serving then walks only
     what serving made, instead of blocking the event loop for tens of ms
-    walking that too."""
+    walking that too. (No collection first: it would cost as much, for
+    the few cycles start-up leaves.)"""
 
     def listening(origins: list[Origin]) -> None:
         import gc
 
-        gc.collect()
         gc.freeze()
         if then is not None:
             then(origins)
