@@ -492,6 +492,40 @@ async def test_a_large_body_is_scanned_unless_its_recording_is_known_clean(
     assert hops == ["_scan_recorded", "_decide", "_decide"]
 
 
+@in_loop
+async def test_no_recorded_body_is_read_on_the_loop_before_the_prescan_looked_at_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Looking for masks in the recorded bodies reads them all: while the
+    prescan has not done it, a small request goes off the loop (where that
+    is done), so the loop never reads a recorded body."""
+    looked: list[bool] = []  # per body looked at: on the loop's thread
+    real_may_hold = Tape._may_hold_mask
+
+    def may_hold(self: Tape, seq: int) -> bool:
+        looked.append(threading.current_thread() is threading.main_thread())
+        return real_may_hold(self, seq)
+
+    release = threading.Event()
+    real_look = Tape.look_for_masks
+
+    def held_look(self: Tape, stop: Callable[[], bool] = lambda: False) -> None:
+        release.wait(20)
+        real_look(self, stop)
+
+    monkeypatch.setattr(Tape, "_may_hold_mask", may_hold)
+    monkeypatch.setattr(Tape, "look_for_masks", held_look)
+    hops = counted_hops(monkeypatch)
+    path = tape(tmp_path / "r.wtape", recorded(0, chat("hi")), recorded(1, chat("y" * 10_000)))
+    async with replaying(path, Mode.DIAGNOSTIC) as rp, await RawClient.open(rp.port) as client:
+        await client.send(request_bytes("POST", CHAT, chat("hi"), JSON))
+        await client.response()
+        release.set()
+        await rp.replayer.prescanned()
+    assert [row["kind"] for row in rp.replayer.rows] == ["exact"]
+    assert hops == ["_scan_recorded", "_decide"]
+    assert looked and not any(looked)
+
+
 def test_the_redactor_sees_the_recorded_requests_only_when_one_holds_a_mask() -> None:
     """Secrets are learned only where the recording has a mask: with none
     left on a live request's route, the redactor is given none to search;

@@ -82,6 +82,20 @@ class Tape:
             return []
         return [c.request for c in self.remaining]
 
+    def masks_known(self, request: Request) -> bool:
+        """Whether every request left on ``request``'s route was looked at
+        for masks already (:meth:`recorded_for` then reads no body)."""
+        masked = self._masked
+        return all(c.seq in masked for c in self.remaining.route(request.method, request.path))
+
+    def look_for_masks(self, stop: Callable[[], bool] = lambda: False) -> None:
+        """Look at every recorded request for masks, in order, until
+        ``stop()`` (CPU work: reads every body once)."""
+        for seq in list(self.exchanges):
+            if stop():
+                return
+            self._may_hold_mask(seq)
+
     def _may_hold_mask(self, seq: int) -> bool:
         known = self._masked.get(seq)
         if known is None:
@@ -207,9 +221,11 @@ class Replayer:
         """For each recorded request not served yet, in order: whether
         redacting its body with the rules of now changes nothing (then a
         live body equal to it, byte for byte, is not scanned again while
-        the rules hold: :meth:`_redacted_as_recorded`). Runs once on a
-        worker thread from the first connection on, ahead of the agent's
-        requests; redaction's search leaves the GIL to the event loop."""
+        the rules hold: :meth:`_redacted_as_recorded`); before that, each
+        for masks (``Tape.look_for_masks``). Runs once on a worker thread
+        from the first connection on, ahead of the agent's requests;
+        redaction's search leaves the GIL to the event loop."""
+        self._tape.look_for_masks(lambda: self._prescan_stop)
         for seq, exchange in list(self._tape.exchanges.items()):
             if self._prescan_stop:
                 return
@@ -234,7 +250,7 @@ class Replayer:
         if not any(self._clean.get(c.seq) is rules
                    for c in self._tape.remaining.same_bytes(request)):
             return None
-        if self._tape.recorded_for(request):
+        if not self._tape.masks_known(request) or self._tape.recorded_for(request):
             return None
         head, _ = redact_request(replace(request, body=b""), rules)
         if (head.method, head.path) != (request.method, request.path):
@@ -259,16 +275,19 @@ class Replayer:
 
     async def _answer(self, conn: Responder, request: Request) -> None:
         session = False  # a WebSocket session to play
+        self._start_prescan()
         async with self._lock:
             live_or_none = self._redacted_as_recorded(request)
             if (live_or_none is None and len(request.body) + len(request.target) <= INLINE_BYTES
-                    and not self._tape.recorded_for(request)):
+                    and self._tape.masks_known(request) and not self._tape.recorded_for(request)):
                 live_or_none = self._redact(request)
             if live_or_none is not None:
                 # A small request with nothing to learn from is redacted on
                 # the loop, as is one whose body is a recorded one known to
                 # need no redaction, and an exact one decided there (a dict
-                # lookup and a byte comparison); any other goes off it.
+                # lookup and a byte comparison); any other goes off it, as
+                # does one before the recorded bodies on its route were
+                # looked at for masks (the prescan does that first).
                 live = live_or_none
                 decision = None if self.stopped else exact(live, self._tape.remaining,
                                                             self._policy)
