@@ -632,6 +632,9 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
                 max(v["outside_max_ms"] for v in loops.values()), "ms")
         fig.add("  of which garbage collection, longest, serving",
                 max(v["serving_gc_max_ms"] for v in loops.values()), "ms")
+        cpus = [v["serving_cpu_max_ms"] for v in loops.values()
+                if v["serving_cpu_max_ms"] is not None]
+        fig.add("  CPU time of a callback, longest, serving", max(cpus) if cpus else None, "ms")
         fig.details["event_loop"] = loops
 
     # `wiretape --help`.
@@ -665,8 +668,9 @@ def blocked(watch: Path, window: tuple[float, float]) -> dict[str, Any]:
     that started within the traffic ``window`` (monotonic s: from the URL
     being read to the last answer) and of the others (start-up, including a
     step still running when the URL was printed, and shut-down), counts,
-    the five longest while serving, and the longest collection while
-    serving."""
+    the five longest while serving, the longest collection while serving
+    and the longest CPU time the loop's thread spent in one callback while
+    serving (None in debug mode)."""
     if not watch.exists():
         raise SystemExit(f"bench: the loop watch wrote no report ({watch.name})")
     report = json.loads(watch.read_text())
@@ -679,9 +683,10 @@ def blocked(watch: Path, window: tuple[float, float]) -> dict[str, Any]:
     return {"serving_max_ms": inside[0][0] if inside else 0.0,
             "outside_max_ms": max((e[0] for e in outside), default=0.0),
             "serving_gc_max_ms": max((e[0] for e in collections), default=0.0),
+            "serving_cpu_max_ms": max((e[3] for e in inside if len(e) > 3), default=None),
             "serving_gc_over_5ms": sum(e[0] > 5 for e in collections),
             "serving_count": len(inside), "serving_over_5ms": sum(e[0] > 5 for e in inside),
-            "serving_top": [[e[0], e[2]] for e in inside[:5]]}
+            "serving_top": [[e[0], e[3] if len(e) > 3 else None, e[2]] for e in inside[:5]]}
 
 
 def ratio(a: float, b: float) -> float | None:
@@ -794,8 +799,9 @@ def report(fig: Figures, json_path: Path | None) -> None:
         print(f"note: {note}")
     loop = fig.details.get("event_loop", {})
     for name, v in loop.items():
-        for ms, what in v["serving_top"][:3]:
-            print(f"loop ({name}): {ms:.1f} ms  {what[:160]}")
+        for ms, cpu, what in v["serving_top"][:3]:
+            on_cpu = "" if cpu is None else f" ({cpu:.1f} ms CPU)"
+            print(f"loop ({name}): {ms:.1f} ms{on_cpu}  {what[:160]}")
     if json_path is not None:
         json_path.write_text(json.dumps({"figures": fig.rows, "notes": fig.notes,
                                          "details": fig.details}, indent=1) + "\n")

@@ -13,10 +13,11 @@ stack summary for every callback and future it creates (a ``stat`` of each
 frame's file), so the loop it measures does more, and makes more garbage,
 than the loop wiretape runs.
 
-OUT.json, written when wiretape exits: ``{"events": [[ms, end, "callback"],
-...], "gc": [[ms, end, generation], ...]}``: each slow callback with its
-duration (ms) and the monotonic time (s, ``time.monotonic()``, comparable
-across processes) at which it ended, so a reader can keep those that overlap
+OUT.json, written when wiretape exits: ``{"events": [[ms, end, "callback",
+cpu_ms], ...], "gc": [[ms, end, generation], ...]}``: each slow callback
+with its duration (ms), the monotonic time (s, ``time.monotonic()``,
+comparable across processes) at which it ended and (not in debug mode) the
+CPU time (ms) the loop's thread spent in it, so a reader can keep those that overlap
 a window of its own (the traffic, leaving out start-up and shut-down); each
 collection on the loop's thread over THRESHOLD_MS likewise (it is inside
 one of the callbacks). A duration is wall time, so a process descheduled by
@@ -53,19 +54,24 @@ class SlowCallbacks(logging.Handler):
                               str(record.args[0])[:300]))
 
 
-def time_callbacks(seen: list[tuple[float, float, str]], threshold_s: float) -> None:
+def time_callbacks(seen: list[tuple[float, float, str]], cpu: list[float],
+                   threshold_s: float) -> None:
     """Time every callback the loops run (``Handle._run``, which runs task
-    steps and timers too), keeping those over ``threshold_s`` in ``seen``."""
+    steps and timers too), keeping those over ``threshold_s`` in ``seen``
+    and the CPU time their thread spent in each (ms) in ``cpu``: a callback
+    whose wall time is far above its CPU time waited (for the GIL, or for a
+    core of a busy machine)."""
     run = asyncio.Handle._run
-    clock = time.perf_counter
+    clock, thread_clock = time.perf_counter, time.thread_time
 
     def timed(self: asyncio.Handle) -> None:
-        t0 = clock()
+        t0, c0 = clock(), thread_clock()
         try:
             run(self)
         finally:
             took = clock() - t0
             if took > threshold_s:
+                cpu.append((thread_clock() - c0) * 1000)
                 seen.append((took * 1000, time.monotonic(), repr(self)[:300]))
 
     asyncio.Handle._run = timed  # type: ignore[method-assign]
@@ -95,6 +101,7 @@ def main() -> None:
     debug = bool(args) and args[0] == "--asyncio-debug"
     args = args[1:] if debug else args
     seen: list[tuple[float, float, str]]
+    cpu: list[float] = []  # (not in debug mode)
     collections: list[tuple[float, float, int]] = []
     time_collections(collections, threshold_ms / 1000)
     if debug:
@@ -116,11 +123,14 @@ def main() -> None:
         asyncio.run = debug_run
     else:
         seen = []
-        time_callbacks(seen, threshold_ms / 1000)
+        time_callbacks(seen, cpu, threshold_ms / 1000)
 
     def report() -> None:
         with open(out, "w", encoding="utf-8") as f:
-            json.dump({"events": [[round(ms, 3), end, what] for ms, end, what in seen],
+            events = [[round(ms, 3), end, what] for ms, end, what in seen]
+            for event, ms in zip(events, cpu, strict=False):
+                event.append(round(ms, 3))
+            json.dump({"events": events,
                        "gc": [[round(ms, 3), end, gen] for ms, end, gen in collections]}, f)
 
     atexit.register(report)
