@@ -18,7 +18,7 @@ import functools
 import itertools
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
 from wiretape.errors import WiretapeError
@@ -109,6 +109,9 @@ class Tape:
         return known
 
 
+#: Seconds the prescan sleeps at a time while a live request is decided.
+_PRESCAN_WAIT_S = 0.0005
+
 #: Bytes every redaction mask contains one of (``<redacted***>``, ``****``).
 _MASK_MARKERS = (REDACTED[:-1], b"****")
 
@@ -184,6 +187,8 @@ class Replayer:
         self._clean: dict[int, Rules] = {}
         self._prescan: asyncio.Future[None] | None = None
         self._prescan_stop = False
+        #: live requests being redacted and decided now (the prescan waits)
+        self._deciding = 0
 
     @property
     def learned(self) -> Learned:
@@ -223,11 +228,12 @@ class Replayer:
         live body equal to it, byte for byte, is not scanned again while
         the rules hold: :meth:`_redacted_as_recorded`); before that, each
         for masks (``Tape.look_for_masks``). Runs once on a worker thread
-        from the first connection on, ahead of the agent's requests;
-        redaction's search leaves the GIL to the event loop."""
-        self._tape.look_for_masks(lambda: self._prescan_stop)
+        from the first connection on, ahead of the agent's requests and
+        between them (it waits while one is decided); redaction's search
+        leaves the GIL to the event loop."""
+        self._tape.look_for_masks(self._prescan_paused)
         for seq, exchange in list(self._tape.exchanges.items()):
-            if self._prescan_stop:
+            if self._prescan_paused():
                 return
             request = exchange.request
             if seq not in self._tape.remaining or header_values(request.headers,
@@ -236,6 +242,24 @@ class Replayer:
             rules = self.redactor.rules
             if redact_text(request.body, "request-body", rules)[0] == request.body:
                 self._clean[seq] = rules
+
+    @contextlib.asynccontextmanager
+    async def _deciding_now(self) -> AsyncIterator[None]:
+        """Counts a live request from its wait for the lock to its decision
+        (the prescan waits meanwhile)."""
+        self._deciding += 1
+        try:
+            yield
+        finally:
+            self._deciding -= 1
+
+    def _prescan_paused(self) -> bool:
+        """Wait while a live request is being decided (the prescan would
+        slow its redaction down: it works between requests); whether to
+        stop."""
+        while self._deciding and not self._prescan_stop:
+            time.sleep(_PRESCAN_WAIT_S)
+        return self._prescan_stop
 
     def _redacted_as_recorded(self, request: Request) -> Request | None:
         """``request`` redacted as :meth:`_redact` would, without scanning
@@ -276,7 +300,7 @@ class Replayer:
     async def _answer(self, conn: Responder, request: Request) -> None:
         session = False  # a WebSocket session to play
         self._start_prescan()
-        async with self._lock:
+        async with self._deciding_now(), self._lock:
             live_or_none = self._redacted_as_recorded(request)
             if (live_or_none is None and len(request.body) + len(request.target) <= INLINE_BYTES
                     and self._tape.masks_known(request) and not self._tape.recorded_for(request)):
