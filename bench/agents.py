@@ -26,8 +26,9 @@ minus direct, measured in the same run) and ratios.
 Then, each in a pass of its own: the run file's size as a share of the
 session's raw bytes; the peak RSS growth of ``wiretape serve --record``
 recording one 200 MiB streamed response; the longest the wiretape event loop
-was blocked (``bench/loopwatch.py``: asyncio debug mode, slow-callback
-threshold 1 ms) while recording and replaying the same traffic; the start
+was blocked (``bench/loopwatch.py``: each callback timed, threshold 1 ms;
+``--loop-debug``: asyncio's debug mode's slow-callback warnings instead)
+while recording and replaying the same traffic; the start
 time of ``wiretape --help``; the time of ``wiretape check -j 2`` on 1,000
 copies of a tiny recorded run (stopped after ``--check-budget`` seconds and
 extrapolated from the runs done, then shown as an estimate).
@@ -396,6 +397,9 @@ def main() -> None:
                         help="seconds before check is stopped and its time extrapolated (90)")
     parser.add_argument("--skip", default="", help="comma list of passes to skip: "
                         "mitm,replay,streams,rss,loop,help,check")
+    parser.add_argument("--loop-debug", action="store_true",
+                        help="measure the event loop in asyncio's debug mode (slow-callback "
+                             "warnings), as the first versions of this script did")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = parser.parse_args()
     # Stopped by SIGTERM or Ctrl-C (even started in the background, where
@@ -593,13 +597,14 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
                                      "run_file_bytes": stat_run(tmp / "big.wtape")}
         (tmp / "big.wtape").unlink(missing_ok=True)
 
-    # The event loop, in a debug pass of its own: record, then replay.
+    # The event loop, in a pass of its own: record, then replay.
     if "loop" not in skip:
-        log("event loop (asyncio debug pass)")
+        how = "asyncio debug mode" if args.loop_debug else "callbacks timed"
+        log(f"event loop ({how})")
         loops: dict[str, dict[str, Any]] = {}
         watch = tmp / "loop-record.json"
         w = wiretape(["serve", "--record", "--upstream", direct + "/v1", "-o",
-                      str(tmp / "loop.wtape")], watch=watch)
+                      str(tmp / "loop.wtape")], watch=watch, watch_debug=args.loop_debug)
         procs.append(w)
         t0 = time.monotonic()
         small_exchanges({"wiretape": w.url}, min(n_small, 200))
@@ -612,7 +617,8 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
         procs.remove(w)
         loops["record"] = blocked(watch, window)
         watch = tmp / "loop-replay.json"
-        r = wiretape(["serve", "--replay", str(run_files[0]), "--diagnostic"], watch=watch)
+        r = wiretape(["serve", "--replay", str(run_files[0]), "--diagnostic"], watch=watch,
+                     watch_debug=args.loop_debug)
         procs.append(r)
         t0 = time.monotonic()
         run_session({"replay": r.url}, sessions[0])
@@ -624,6 +630,11 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
                 max(v["serving_max_ms"] for v in loops.values()), "ms", 5.0)
         fig.add("event loop blocked, longest, start-up/shut-down",
                 max(v["outside_max_ms"] for v in loops.values()), "ms")
+        fig.add("  of which garbage collection, longest, serving",
+                max(v["serving_gc_max_ms"] for v in loops.values()), "ms")
+        cpus = [v["serving_cpu_max_ms"] for v in loops.values()
+                if v["serving_cpu_max_ms"] is not None]
+        fig.add("  CPU time of a callback, longest, serving", max(cpus) if cpus else None, "ms")
         fig.details["event_loop"] = loops
 
     # `wiretape --help`.
@@ -657,17 +668,25 @@ def blocked(watch: Path, window: tuple[float, float]) -> dict[str, Any]:
     that started within the traffic ``window`` (monotonic s: from the URL
     being read to the last answer) and of the others (start-up, including a
     step still running when the URL was printed, and shut-down), counts,
-    and the five longest while serving."""
+    the five longest while serving, the longest collection while serving
+    and the longest CPU time the loop's thread spent in one callback while
+    serving (None in debug mode)."""
     if not watch.exists():
         raise SystemExit(f"bench: the loop watch wrote no report ({watch.name})")
-    events = json.loads(watch.read_text())["events"]
+    report = json.loads(watch.read_text())
+    events = report["events"]
     inside = [e for e in events if window[0] <= e[1] - e[0] / 1000 <= window[1]]
+    collections = [e for e in report.get("gc", [])
+                   if window[0] <= e[1] - e[0] / 1000 <= window[1]]
     outside = [e for e in events if e not in inside]
     inside.sort(reverse=True)
     return {"serving_max_ms": inside[0][0] if inside else 0.0,
             "outside_max_ms": max((e[0] for e in outside), default=0.0),
+            "serving_gc_max_ms": max((e[0] for e in collections), default=0.0),
+            "serving_cpu_max_ms": max((e[3] for e in inside if len(e) > 3), default=None),
+            "serving_gc_over_5ms": sum(e[0] > 5 for e in collections),
             "serving_count": len(inside), "serving_over_5ms": sum(e[0] > 5 for e in inside),
-            "serving_top": [[e[0], e[2]] for e in inside[:5]]}
+            "serving_top": [[e[0], e[3] if len(e) > 3 else None, e[2]] for e in inside[:5]]}
 
 
 def ratio(a: float, b: float) -> float | None:
@@ -780,8 +799,9 @@ def report(fig: Figures, json_path: Path | None) -> None:
         print(f"note: {note}")
     loop = fig.details.get("event_loop", {})
     for name, v in loop.items():
-        for ms, what in v["serving_top"][:3]:
-            print(f"loop ({name}): {ms:.1f} ms  {what[:160]}")
+        for ms, cpu, what in v["serving_top"][:3]:
+            on_cpu = "" if cpu is None else f" ({cpu:.1f} ms CPU)"
+            print(f"loop ({name}): {ms:.1f} ms{on_cpu}  {what[:160]}")
     if json_path is not None:
         json_path.write_text(json.dumps({"figures": fig.rows, "notes": fig.notes,
                                          "details": fig.details}, indent=1) + "\n")

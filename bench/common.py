@@ -329,15 +329,17 @@ class Proc:
         return out
 
 
-def wiretape(argv: Sequence[str], *, watch: Path | None = None,
+def wiretape(argv: Sequence[str], *, watch: Path | None = None, watch_debug: bool = False,
              command: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
              cwd: Path | None = None) -> Proc:
     """Start ``wiretape ARGV`` (a ``serve``) and read the URL it prints on
     its first line of stdout. ``command`` replaces ``python -m wiretape``;
     ``watch``: run it under ``bench/loopwatch.py`` (report to that file,
-    1 ms threshold). Raises SystemExit if it prints no URL."""
+    1 ms threshold; ``watch_debug``: in asyncio's debug mode). Raises
+    SystemExit if it prints no URL."""
     if watch is not None:
-        cmd = [sys.executable, str(HERE / "loopwatch.py"), str(watch), "1"]
+        cmd = [sys.executable, str(HERE / "loopwatch.py"), str(watch), "1",
+               *(["--asyncio-debug"] if watch_debug else [])]
     else:
         cmd = list(command or [sys.executable, "-m", "wiretape"])
     popen = subprocess.Popen([*cmd, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

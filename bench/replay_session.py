@@ -199,7 +199,10 @@ class _NullConnection:
     async def send_head(self, *_args: object, **_kwargs: object) -> None:
         pass
 
-    async def send_data(self, *_args: object) -> None:
+    async def send_data(self, *_args: object, **_kwargs: object) -> None:
+        pass
+
+    async def flush(self) -> None:
         pass
 
     async def end(self) -> None:

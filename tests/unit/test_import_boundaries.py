@@ -25,7 +25,7 @@ ENGINE = ("httpx", "httpcore", "h11", "cryptography", "rapidfuzz", "zstandard", 
           "asyncio", "wiretape.launch", "wiretape.proxy", "wiretape.store", "wiretape.matching",
           "wiretape.inspect", "wiretape.intercept", "wiretape.suite.runner", "wiretape.api",
           "wiretape.attach", "wiretape.demo", "wiretape.model", "wiretape.snapshot",
-          "wiretape.playback", "sqlite3", "tempfile")
+          "wiretape.playback", "sqlite3", "tempfile", "json")
 
 def _loaded(names: list[str], prefixes: tuple[str, ...]) -> list[str]:
     return sorted(n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes))

@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect as ws_connect
+from websockets.utils import accept_key
 
 from support.inproc import RawClient, in_loop, listening, request_bytes
 from support.raw_upstream import (
@@ -35,6 +37,8 @@ from wiretape.model import (
     Ending,
     Exchange,
     Frame,
+    Message,
+    Opcode,
     Origin,
     Redaction,
     Request,
@@ -432,11 +436,8 @@ async def test_replay_answers_before_its_log_row_is_stored(tmp_path: Path) -> No
     assert times == sorted(times) and times[-1] < released  # when decided, not written
 
 
-@in_loop
-async def test_one_thread_hop_at_most_and_none_for_a_small_exact_request(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A small exact request is redacted and decided on the loop; a large one
-    (redaction scans it) and a small one that is not exact take one hop."""
+def counted_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the functions given to ``asyncio.to_thread`` from now on."""
     hops: list[str] = []
     real = asyncio.to_thread
 
@@ -445,15 +446,84 @@ async def test_one_thread_hop_at_most_and_none_for_a_small_exact_request(
         return await real(fn, *args, **kwargs)
 
     monkeypatch.setattr(asyncio, "to_thread", counted)
+    return hops
+
+
+@in_loop
+async def test_one_thread_hop_at_most_and_none_for_a_small_exact_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small exact request is redacted and decided on the loop; a small
+    one that is not exact takes one hop; a large one whose body is a
+    recorded one the prescan saw redaction leave as it is, none (the
+    prescan itself is one hop, once)."""
+    hops = counted_hops(monkeypatch)
     big = chat("x" * 10_000)
     path = tape(tmp_path / "r.wtape", recorded(0, chat("hi")), recorded(1, big),
                 recorded(2, chat("again")))
     async with replaying(path, Mode.DIAGNOSTIC) as rp, await RawClient.open(rp.port) as client:
+        await rp.replayer.prescanned()
         for body in (chat("hi"), big, chat("other")):
             await client.send(request_bytes("POST", CHAT, body, JSON))
             await client.response()
     assert [row["kind"] for row in rp.replayer.rows] == ["exact", "exact", "diverged"]
-    assert hops == ["_decide", "_judge"]
+    assert hops == ["_scan_recorded", "_judge"]
+
+
+@in_loop
+async def test_a_large_body_is_scanned_unless_its_recording_is_known_clean(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large live body equal to a recorded one that redaction would change
+    (a key left in it, as an older or imported run may have) is redacted
+    off the loop as ever: the key is masked, so it diverges; one equal to a
+    recorded body not looked at yet (the prescan stopped) is scanned too."""
+    hops = counted_hops(monkeypatch)
+    key = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
+    leaky = chat(f"use {key} " + "x" * 10_000)
+    big = chat("y" * 10_000)
+    path = tape(tmp_path / "r.wtape", recorded(0, leaky), recorded(1, big))
+    async with replaying(path, Mode.DIAGNOSTIC) as rp, await RawClient.open(rp.port) as client:
+        await rp.replayer.prescanned()
+        assert list(rp.replayer._clean) == [1]  # the key would be masked in 0
+        rp.replayer._clean.clear()  # as if the prescan had not reached 1
+        for body in (leaky, big):
+            await client.send(request_bytes("POST", CHAT, body, JSON))
+            await client.response()
+    assert [row["kind"] for row in rp.replayer.rows] == ["diverged", "exact"]
+    assert hops == ["_scan_recorded", "_decide", "_decide"]
+
+
+@in_loop
+async def test_no_recorded_body_is_read_on_the_loop_before_the_prescan_looked_at_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Looking for masks in the recorded bodies reads them all: while the
+    prescan has not done it, a small request goes off the loop (where that
+    is done), so the loop never reads a recorded body."""
+    looked: list[bool] = []  # per body looked at: on the loop's thread
+    real_may_hold = Tape._may_hold_mask
+
+    def may_hold(self: Tape, seq: int) -> bool:
+        looked.append(threading.current_thread() is threading.main_thread())
+        return real_may_hold(self, seq)
+
+    release = threading.Event()
+    real_look = Tape.look_for_masks
+
+    def held_look(self: Tape, stop: Callable[[], bool] = lambda: False) -> None:
+        release.wait(20)
+        real_look(self, stop)
+
+    monkeypatch.setattr(Tape, "_may_hold_mask", may_hold)
+    monkeypatch.setattr(Tape, "look_for_masks", held_look)
+    hops = counted_hops(monkeypatch)
+    path = tape(tmp_path / "r.wtape", recorded(0, chat("hi")), recorded(1, chat("y" * 10_000)))
+    async with replaying(path, Mode.DIAGNOSTIC) as rp, await RawClient.open(rp.port) as client:
+        await client.send(request_bytes("POST", CHAT, chat("hi"), JSON))
+        await client.response()
+        release.set()
+        await rp.replayer.prescanned()
+    assert [row["kind"] for row in rp.replayer.rows] == ["exact"]
+    assert hops == ["_scan_recorded", "_decide"]
+    assert looked and not any(looked)
 
 
 def test_the_redactor_sees_the_recorded_requests_only_when_one_holds_a_mask() -> None:
@@ -713,3 +783,76 @@ async def test_a_replayed_answer_due_at_once_goes_out_in_one_write(
     assert got.head == SSE_HEAD and got.chunks == [f.data for f in FRAMES]
     assert writes == [SSE_HEAD + b"".join(b"%x\r\n%s\r\n" % (len(f.data), f.data)
                                           for f in FRAMES) + b"0\r\n\r\n"]
+
+
+WS_KEY = "dGhlIHNhbXBsZSBub25jZQ=="
+
+
+def ws_session(seq: int, *messages: Message) -> Exchange:
+    """A recorded WebSocket session: the upgrade, the origin's 101, ``messages``."""
+    request = Request(b"GET", b"/v1/realtime", (
+        (b"Host", b"127.0.0.1"), (b"Upgrade", b"websocket"), (b"Connection", b"Upgrade"),
+        (b"Sec-WebSocket-Key", WS_KEY.encode()), (b"Sec-WebSocket-Version", b"13")), b"")
+    response = Response(101, b"Switching Protocols", (
+        (b"Upgrade", b"websocket"), (b"Connection", b"Upgrade"),
+        (b"Sec-WebSocket-Accept", accept_key(WS_KEY).encode())), ())
+    return Exchange(seq, 1, "openai", INFO.started_at_ns + seq, request, response,
+                    Ending.COMPLETE, 1_000_000, 90_000_000, None, messages)
+
+
+class LockWatchingRedactor(LiveRedactor):
+    """Notes, at each live message it redacts, whether the replay's lock
+    was held and on which thread it ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock: asyncio.Lock | None = None
+        self.seen: list[tuple[bytes, bool, bool]] = []
+
+    def text(self, data: bytes, location: str, recorded: bytes | None = None,
+             facts: Any = None) -> bytes:
+        assert self.lock is not None
+        self.seen.append((data[:5], self.lock.locked(),
+                          threading.current_thread() is threading.main_thread()))
+        return super().text(data, location, recorded, facts)
+
+
+@in_loop
+async def test_a_replayed_websocket_message_is_redacted_holding_the_replay_s_lock(
+        tmp_path: Path) -> None:
+    """Redaction learns into rules the replay's HTTP exchanges share: each
+    live message is redacted holding the replayer's lock, a small one on
+    the loop, a large one on a worker thread (as an HTTP request is)."""
+    big = b'{"type":"big","text":"' + b"y" * 10_000 + b'"}'
+    path = tape(tmp_path / "r.wtape", ws_session(
+        0, Message("server", Opcode.TEXT, b'{"type":"hello"}', 1_000),
+        Message("client", Opcode.TEXT, b'{"type":"ping"}', 2_000),
+        Message("server", Opcode.TEXT, b'{"type":"pong"}', 3_000),
+        Message("client", Opcode.TEXT, big, 4_000),
+        Message("server", Opcode.TEXT, b'{"type":"done"}', 5_000)))
+    run = open_run(path, replay_logs=path.parent / "replays")
+    run.prepare_for_writes()
+    redactor = LockWatchingRedactor()
+    replayer = Replayer(run, run.exchanges(), Policy(mode=Mode.DIAGNOSTIC), redactor=redactor)
+    redactor.lock = replayer._lock
+    run.start_replay(replayer.replay_id, "diagnostic", {})
+    try:
+        async with listening(lambda conn_id: replayer.handler("openai", conn_id),
+                             error_body=error_body_for("/v1")) as (_, port):
+            ws = await ws_connect(f"ws://127.0.0.1:{port}/v1/realtime", compression=None,
+                                  open_timeout=5)
+            got = [await ws.recv()]
+            await ws.send(b'{"type":"ping"}'.decode())
+            got.append(await ws.recv())
+            await ws.send(big.decode())
+            got.append(await ws.recv())
+            await ws.close()
+        await replayer.finish()
+    finally:
+        run.close(compact=True)
+    assert got == ['{"type":"hello"}', '{"type":"pong"}', '{"type":"done"}']
+    # (the client's close, decided after these, is redacted likewise)
+    assert redactor.seen[:2] == [(b'{"typ', True, True), (b'{"typ', True, False)]
+    assert all(locked for _, locked, _ in redactor.seen)
+    decisions = replayer.rows[0]["detail"]["messages"]["decisions"]
+    assert [d["kind"] for d in decisions][:2] == ["exact", "exact"]

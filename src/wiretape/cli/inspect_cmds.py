@@ -6,7 +6,6 @@ one exchange whole), ``report`` (a self-contained HTML page), ``export
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,6 +51,8 @@ def _read(run: str, label: str) -> RunOverview:
 
 
 def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, object]:
+    import json  # (not loaded by --help)
+
     from wiretape.cli import inspect_render as text
 
     info = ov.info
@@ -152,6 +153,7 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
         return
     for line in text.run_heading(ov.info, str(ov.path)):
         _echo(escaped(line))
+    import json  # (not loaded by --help)
     for note in json.loads(ov.info.extra.get("import_notes", "[]")):
         _echo(f"  import note: {printable(str(note))}")
     said = fork_line(ov.info.extra)
@@ -239,6 +241,7 @@ def export(run: str, har_file: Path) -> None:
             progress.close()
     # A name or argument that was not UTF-8 (a lone surrogate) is written as
     # its JSON escape, which reads back as the same string.
+    import json  # (not loaded by --help)
     payload = text_bytes(json.dumps(data, indent=1, ensure_ascii=False))
     if str(har_file) == "-":
         click.echo(payload)

@@ -6,7 +6,6 @@ coloured for a terminal."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ def json_text(value: object) -> str:
     character a terminal would act on (C1 controls, DEL, bidirectional
     overrides; JSON itself escapes C0) and every lone surrogate written as a
     JSON escape, which reads back as the same string."""
+    import json  # (not loaded by --help)
     text = json.dumps(value, indent=2, ensure_ascii=False)
     return UNPRINTABLE.sub(lambda m: m.group() if m.group() == "\n"
                            else f"\\u{ord(m.group()):04x}", text)
@@ -211,6 +211,7 @@ def verdict_details(v: Verdict) -> list[str]:
 
 
 def verdict_json(v: Verdict) -> str:
+    import json  # (not loaded by --help)
     return json.dumps(v.to_json(), indent=2, default=str)
 
 

@@ -6,7 +6,6 @@ main group by ``register``. Parsing and printing only: the work is in
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,6 +102,7 @@ def scrub(run: str, matches: tuple[str, ...], rules_file: Path | None, include: 
     rules, labels = rules_for(matches, rules_file)
     report = scrub_run(path, rules, labels, out=out, include=include, drop=drop)
     if as_json:
+        import json  # (not loaded by --help)
         click.echo(json.dumps(report.to_json(), indent=2))
     total = sum(report.counts.values())
     click.echo(f"wiretape: scrubbed {report.path}: "
@@ -180,6 +180,7 @@ def scan(runs: tuple[str, ...], matches: tuple[str, ...], rules_file: Path | Non
                        f"{_plural(len(report.binary), 'binary file', 'binary files')}, no key "
                        f"shape in them: {_few(report.binary)}")
     if as_json:
+        import json  # (not loaded by --help)
         click.echo(json.dumps([r.to_json() for r in reports], indent=2))
     found = any(r.found for r in reports)
     if found and not as_json:

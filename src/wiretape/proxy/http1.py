@@ -509,10 +509,13 @@ class ClientConnection:
             return
         if data:
             if self._head.framing is Framing.CHUNKED:
+                # (h11 is not told: a chunk changes none of its state, and
+                # the bytes it would make are these)
                 self._hold(b"%x\r\n" % len(data) + data + b"\r\n")
-            elif self._head.framing is not Framing.NONE:
-                self._hold(data)
-            self._h11_send_quietly(h11.Data(data=data))
+            else:
+                if self._head.framing is not Framing.NONE:
+                    self._hold(data)
+                self._h11_send_quietly(h11.Data(data=data))
         if not more or self._held_bytes >= HOLD_AT_MOST:
             await self.flush()
 
@@ -588,9 +591,13 @@ class ClientConnection:
                 self._head.framing, False, self._head.dropped)
 
     async def _drain(self) -> None:
+        writer = self._writer
         try:
-            async with asyncio.timeout(self.limits.body_timeout):
-                await self._writer.drain()
+            if writer.transport.get_write_buffer_size():
+                async with asyncio.timeout(self.limits.body_timeout):
+                    await writer.drain()
+            else:  # all handed to the socket: nothing to wait for (no timer)
+                await writer.drain()
         except TimeoutError as exc:
             self.closed = True
             self._writer.transport.abort()

@@ -19,8 +19,8 @@ import functools
 import itertools
 import secrets
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
 
 from wiretape.errors import WiretapeError
 from wiretape.limits import DEFAULT_WS_CLOSE_TIMEOUT
@@ -55,7 +55,7 @@ from wiretape.proxy import mcp, mcp_replay, ws_replay
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responder
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.websocket import is_upgrade
-from wiretape.redaction import REDACTED, LiveRedactor
+from wiretape.redaction import REDACTED, LiveRedactor, Rules, redact_request, redact_text
 from wiretape.store.runfile import RunFile
 
 
@@ -94,6 +94,20 @@ class Tape:
             return []
         return [c.request for c in self.remaining]
 
+    def masks_known(self, request: Request) -> bool:
+        """Whether every request left on ``request``'s route was looked at
+        for masks already (:meth:`recorded_for` then reads no body)."""
+        masked = self._masked
+        return all(c.seq in masked for c in self.remaining.route(request.method, request.path))
+
+    def look_for_masks(self, stop: Callable[[], bool] = lambda: False) -> None:
+        """Look at every recorded request for masks, in order, until
+        ``stop()`` (CPU work: reads every body once)."""
+        for seq in list(self.exchanges):
+            if stop():
+                return
+            self._may_hold_mask(seq)
+
     def _may_hold_mask(self, seq: int) -> bool:
         known = self._masked.get(seq)
         if known is None:
@@ -106,6 +120,9 @@ class Tape:
             self._masked[seq] = known
         return known
 
+
+#: Seconds the prescan sleeps at a time while a live request is decided.
+_PRESCAN_WAIT_S = 0.0005
 
 #: Bytes every redaction mask contains one of (``<redacted***>``, ``****``).
 _MASK_MARKERS = (REDACTED[:-1], b"****")
@@ -191,6 +208,13 @@ class Replayer:
         self._unwritten: list[tuple[ReplayRow, Request, int]] = []
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
         self._writes: list[asyncio.Future[None]] = []
+        #: per recorded seq: the rules that were seen to leave its body as
+        #: it is (so a live body equal to it needs no scan while they hold)
+        self._clean: dict[int, Rules] = {}
+        self._prescan: asyncio.Future[None] | None = None
+        self._prescan_stop = False
+        #: live requests being redacted and decided now (the prescan waits)
+        self._deciding = 0
 
     @property
     def learned(self) -> Learned:
@@ -207,6 +231,7 @@ class Replayer:
         """Answers the requests of one connection to ``origin``: a model
         origin from the model exchanges, a tool origin (``tool:...``) from
         that origin's exchanges only."""
+        self._start_prescan()
         if exchange_kind(origin) == "tool":
             tape = self._tool_tapes.setdefault(origin, Tape.of([]))
             tool: str | None = origin
@@ -218,12 +243,87 @@ class Replayer:
 
         return handle
 
+    def _start_prescan(self) -> None:
+        """Start looking at the recorded bodies on a worker thread (once,
+        on the event loop; see :meth:`_scan_recorded`)."""
+        if self._prescan is None:
+            self._prescan = asyncio.ensure_future(asyncio.to_thread(self._scan_recorded))
+
+    async def prescanned(self) -> None:
+        """Wait until every recorded body left has been looked at (see
+        :meth:`_scan_recorded`); starts that if it has not started."""
+        self._start_prescan()
+        assert self._prescan is not None
+        await asyncio.shield(self._prescan)
+
+    def _scan_recorded(self) -> None:
+        """For each recorded request not served yet, in order: whether
+        redacting its body with the rules of now changes nothing (then a
+        live body equal to it, byte for byte, is not scanned again while
+        the rules hold: :meth:`_redacted_as_recorded`); before that, each
+        for masks (``Tape.look_for_masks``). Runs once on a worker thread
+        from the first connection on, ahead of the agent's requests and
+        between them (it waits while one is decided); redaction's search
+        leaves the GIL to the event loop."""
+        self._tape.look_for_masks(self._prescan_paused)
+        for seq, exchange in list(self._tape.exchanges.items()):
+            if self._prescan_paused():
+                return
+            request = exchange.request
+            if seq not in self._tape.remaining or header_values(request.headers,
+                                                                 b"content-encoding"):
+                continue
+            rules = self.redactor.rules
+            if redact_text(request.body, "request-body", rules)[0] == request.body:
+                self._clean[seq] = rules
+
+    @contextlib.asynccontextmanager
+    async def _deciding_now(self) -> AsyncIterator[None]:
+        """Counts a live request from its wait for the lock to its decision
+        (the prescan waits meanwhile)."""
+        self._deciding += 1
+        try:
+            yield
+        finally:
+            self._deciding -= 1
+
+    def _prescan_paused(self) -> bool:
+        """Wait while a live request is being decided (the prescan would
+        slow its redaction down: it works between requests); whether to
+        stop."""
+        while self._deciding and not self._prescan_stop:
+            time.sleep(_PRESCAN_WAIT_S)
+        return self._prescan_stop
+
+    def _redacted_as_recorded(self, request: Request, tape: Tape) -> Request | None:
+        """``request`` redacted as :meth:`_redact` would, without scanning
+        its body, when that body is known to come out of redaction as it
+        is: a remaining recorded request has the same method, target and
+        body bytes, nothing on its route is to be learned from, and the
+        prescan saw today's rules leave that body unchanged. Else None.
+        Cheap (a dict lookup, one byte comparison): on the loop."""
+        rules = self.redactor.rules
+        if not self._clean or header_values(request.headers, b"content-encoding"):
+            return None
+        if not any(self._clean.get(c.seq) is rules
+                   for c in tape.remaining.same_bytes(request)):
+            return None
+        if not tape.masks_known(request) or tape.recorded_for(request):
+            return None
+        head, _ = redact_request(replace(request, body=b""), rules)
+        if (head.method, head.path) != (request.method, request.path):
+            return None  # moved to another route: learn as _redact does
+        return replace(head, body=request.body)
+
     async def finish(self) -> None:
         """Wait until every decision's log row is stored, then stop the
         writer. Raises what a write raised (RunFileError), the first one."""
         self._write_decided()
         writes, self._writes = self._writes, []
         results = await asyncio.gather(*writes, return_exceptions=True)
+        self._prescan_stop = True
+        if self._prescan is not None:
+            await asyncio.gather(self._prescan, return_exceptions=True)
         if self._writer is not None:
             self._writer.shutdown(wait=False)
             self._writer = None
@@ -236,13 +336,20 @@ class Replayer:
         """Decide ``request`` against ``tape`` and answer it; ``tool``: the
         tool origin it was made to (None: a model origin)."""
         session = False  # a WebSocket session to play
-        async with self._lock:
-            if (len(request.body) + len(request.target) <= INLINE_BYTES
-                    and not tape.recorded_for(request)):
+        self._start_prescan()
+        async with self._deciding_now(), self._lock:
+            live_or_none = self._redacted_as_recorded(request, tape)
+            if (live_or_none is None and len(request.body) + len(request.target) <= INLINE_BYTES
+                    and tape.masks_known(request) and not tape.recorded_for(request)):
+                live_or_none = self._redact(request, tape)
+            if live_or_none is not None:
                 # A small request with nothing to learn from is redacted on
-                # the loop, and an exact one decided there (a dict lookup);
-                # any other goes off it.
-                live = self._redact(request, tape)
+                # the loop, as is one whose body is a recorded one known to
+                # need no redaction, and an exact one decided there (a dict
+                # lookup and a byte comparison); any other goes off it, as
+                # does one before the recorded bodies on its route were
+                # looked at for masks (the prescan does that first).
+                live = live_or_none
                 decision = None if self.stopped else exact(live, tape.remaining, self._policy)
                 explanation = None
                 if decision is not None and decision.seq is not None:

@@ -7,8 +7,8 @@ The recorded server messages that opened the session are sent at once;
 each live client message is decided by ``playback.messages`` and the server
 messages recorded after its counterpart are sent after it, paced as
 recorded (their offsets from that client message's) or at once (``fast``).
-A live message that is not byte for byte its recording is decided holding
-the replay's lock (what the replay learned is shared with its HTTP
+Each live message is redacted and decided holding the replay's lock (the
+redaction rules and what the replay learned are shared with its HTTP
 exchanges), off the event loop when it is large. A strict replay that meets
 a mismatch closes the session with 1008 and the reason (RFC 6455 §7.4.1),
 and the replay stops; a missing message (nothing recorded answers it) ends
@@ -121,7 +121,7 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
             for live in received.messages:
                 if live.opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CLOSE):
                     continue  # pings are answered by the protocol itself
-                step = await _decide(script, _redacted(live, script, redact), lock)
+                step = await _decide(script, live, redact, lock)
                 if step.end:
                     reason = on_stop(step) if step.stop else (
                         f"wiretape replay: {message_label(step.decision)} (missing: nothing "
@@ -158,16 +158,22 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
         await peer.hang_up()
 
 
-async def _decide(script: SessionScript, live: Message,
+async def _decide(script: SessionScript, live: Message, redact: Redact,
                   lock: AbstractAsyncContextManager[object] | None) -> Step:
-    """``script.receive(live)``: at once when it is exact; else holding
-    ``lock``, off the loop when the payload is large."""
-    if lock is None or script.is_exact(live):
-        return script.receive(live)
+    """``script.receive`` of ``live`` redacted, holding ``lock`` (redaction
+    learns into rules the replay's HTTP exchanges share, and the script's
+    knowledge is shared too): on the loop when the payload is small, else
+    on a worker thread, as an HTTP request is."""
+    if lock is None:
+        return _receive(script, live, redact)
     async with lock:
         if len(live.payload) <= INLINE_BYTES:
-            return script.receive(live)
-        return await asyncio.to_thread(script.receive, live)
+            return _receive(script, live, redact)
+        return await asyncio.to_thread(_receive, script, live, redact)
+
+
+def _receive(script: SessionScript, live: Message, redact: Redact) -> Step:
+    return script.receive(_redacted(live, script, redact))
 
 
 def _redacted(live: Message, script: SessionScript, redact: Redact) -> Message:
