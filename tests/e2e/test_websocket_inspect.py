@@ -77,7 +77,7 @@ def test_show_names_the_model_tokens_and_tool_calls_of_a_responses_session(runs)
     assert shown["ledger"] == {
         "calls": [{"call_id": "call_fake_1_0", "name": "add", "arguments": '{"a": 2, "b": 3}',
                    "issued_in": 0, "answered_in": 0, "result": "5", "kind": "function",
-                   "status": "completed"}],
+                   "status": "completed", "made": []}],
         "completed": 1, "pending": 0, "unmatched_results": []}
     one = show_json(path, "--exchange", "0")
     assert [(m["role"], m["text"], m["result_for"]) for m in one["request"]["messages"]] == [
