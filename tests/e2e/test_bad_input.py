@@ -255,6 +255,7 @@ def test_replay_port_in_use(ws, busy_port):
     assert "in use" in line
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_serve_port_in_use(ws, busy_port):
     one_line_error(ws.wiretape("serve", "--replay", RUN_ID, "--port", str(busy_port)),
                    str(busy_port))

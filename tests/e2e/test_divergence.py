@@ -83,6 +83,7 @@ def test_a_changed_timestamp_is_kind_timestamp(prompt_run: Path, tmp_path: Path)
     assert span["recorded"] == TIME_A and span["live"] == TIME_B
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_declared_substitution_is_substituted_not_exact(prompt_run: Path, tmp_path: Path) -> None:
     sub = f"--substitute={PATH_A}={PATH_B}"
     strict = replay_prompt(prompt_run, tmp_path, PATH_B, TIME_A, sub)
@@ -99,6 +100,7 @@ def test_a_declared_substitution_is_substituted_not_exact(prompt_run: Path, tmp_
     assert "substitution" in allowed.stderr and "fired 1 time" in allowed.stderr
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_concurrent_streams_in_swapped_order_are_both_exact(tmp_path: Path) -> None:
     run = tmp_path / "two.wtape"
     client = [sys.executable, str(CLIENTS / "two_streams.py")]
@@ -115,6 +117,7 @@ def test_concurrent_streams_in_swapped_order_are_both_exact(tmp_path: Path) -> N
     assert [r["seq"] for r in v["requests"]] == [1, 0]  # b arrived first and got b's answer
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_diff_of_two_recordings_names_what_changed(prompt_run: Path, tmp_path: Path) -> None:
     other = tmp_path / "other.wtape"
     with FakeProvider([TextTurn("hi there")]) as fp:

@@ -190,6 +190,7 @@ def killed_replay(one_request_run: Path, tmp_path: Path, reap: list[Path]) -> Pa
     return run
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_verdict_of_a_killed_replay(killed_replay, tmp_path):
     done = wiretape("verdict", str(killed_replay), "--json", cwd=tmp_path)
     assert done.stderr == ""
@@ -277,6 +278,7 @@ def leaks(root: Path, secrets: dict[str, str]) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_no_secret_reaches_the_disk_and_other_secrets_still_replay_exact(tmp_path):
     store = tmp_path / "store"
     first, second = make_secrets("One"), make_secrets("Two")

@@ -278,6 +278,7 @@ def test_a_body_spliced_from_a_lie_is_refused_with_one_line(
      "its table 'exchanges' is not defined as wiretape defines it"),
     (("CREATE INDEX by_origin ON exchanges (origin)",), "an index 'by_origin'"),
 ])
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_an_extra_table_column_or_index_is_refused(
         hostile: tuple[Path, Path], tmp_path: Path, statements: tuple[str, ...],
         said: str) -> None:
@@ -296,6 +297,7 @@ def test_an_extra_table_column_or_index_is_refused(
     ("UPDATE meta SET value = '{\"not\": \"a list\"}' WHERE key = 'argv'",
      "metadata 'argv' is an object, not a list"),
 ])
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_stored_value_of_the_wrong_type_is_refused(
         hostile: tuple[Path, Path], tmp_path: Path, statement: str, said: str) -> None:
     project, run = hostile
@@ -456,6 +458,7 @@ def test_scrub_of_a_run_on_a_read_only_mount_says_so_in_one_line(
 CONTROL = ("\x1b", "\x07", "\x9b", "\r")
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_terminal_control_codes_from_a_run_are_printed_as_text(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 ) -> None:

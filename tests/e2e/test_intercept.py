@@ -93,6 +93,7 @@ def replay_exact(tmp_path: Path, run: Path, rec: subprocess.CompletedProcess[byt
     return verdict
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_openai_sdk_with_its_default_base_url(
     tmp_path: Path, upstream_ca: tuple[RunCA, Path]
 ) -> None:
@@ -119,6 +120,7 @@ def test_openai_sdk_with_its_default_base_url(
     assert refused.returncode == 2 and "was recorded with --intercept" in refused.stderr.decode()
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_anthropic_sdk_with_its_default_base_url(tmp_path: Path,
                                                  upstream_ca: tuple[RunCA, Path]) -> None:
     command = [PYTHON, str(CLIENTS / "anthropic_client.py")]
@@ -328,6 +330,7 @@ def test_serve_prints_what_to_export_and_records_then_replays(
     assert (verdict["recorded"], verdict["exact"], verdict["unused"]) == (2, 2, 0), verdict
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_from_python(tmp_path: Path, upstream_ca: tuple[RunCA, Path],
                      monkeypatch: pytest.MonkeyPatch) -> None:
     import wiretape

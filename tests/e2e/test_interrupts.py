@@ -141,6 +141,7 @@ def test_a_signal_in_any_phase_of_a_replay_leaves_no_sandbox(tmp_path: Path) -> 
     assert sandboxes(tmpdir) == []
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_killed_replays_sandbox_is_swept_by_the_next_one(
         project: tuple[Path, Path, Path], tmp_path: Path) -> None:
     project_dir, run, tmpdir = project

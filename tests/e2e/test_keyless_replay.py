@@ -90,6 +90,7 @@ def test_without_the_key_the_agent_refuses_to_start(recorded) -> None:  # type: 
     assert "OPENAI_API_KEY" in done.stderr
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_replay_without_the_key_passes_and_says_so_in_one_line(recorded) -> None:  # type: ignore[no-untyped-def]
     project, run, _key, stdout = recorded
     done = cli("replay", str(run), "--json", cwd=project, env=keyless_env())
@@ -108,6 +109,7 @@ def test_replay_without_the_key_passes_and_says_so_in_one_line(recorded) -> None
     assert "not set here" not in other.stderr and "exact 2" in other.stderr
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_check_replays_without_the_key(recorded) -> None:  # type: ignore[no-untyped-def]
     project, run, _key, _stdout = recorded
     done = cli("check", "--yes", str(run.parent), cwd=project, env=keyless_env())

@@ -86,6 +86,7 @@ def test_with_allowances_strict_passes_and_names_every_rule(recorded: Path) -> N
     assert verdict["outcome"]["stdout"]["same"] is True
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_broken_correspondence_fails_even_when_allowed(tmp_path: Path) -> None:
     with FakeProvider([TextTurn("hello one"), TextTurn("hello two")]) as fp:
         done = wiretape("record", "-o", "run.wtape", "--upstream", f"openai={fp.url}/v1", "--",

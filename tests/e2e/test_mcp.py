@@ -165,6 +165,7 @@ def test_replay_answers_from_the_run_without_the_server(recorded: Scene) -> None
 
 @pytest.mark.skipif(not CAPS.network_namespaces,
                     reason=CAPS.reasons.get("network_namespaces", ""))
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_an_offline_agent_reaches_the_replay_in_its_own_network(recorded: Scene) -> None:
     """With --offline the agent has only its own loopback: the hub listens there."""
     done = recorded.wiretape("replay", str(recorded.run), "--offline", "--json", "--",
@@ -277,6 +278,7 @@ def _shim(name: str, *lines: str) -> str:
             f"wiretape mcp --name {name} -- notes-server")
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_several_servers_and_sessions_of_one_are_kept_apart_and_redacted(tmp_path: Path) -> None:
     scene = Scene(tmp_path)
     agent = "; ".join([_shim("a", INITIALIZE, _call(1, "deploy")), _shim("b", INITIALIZE),

@@ -97,6 +97,7 @@ def test_nanobot_session_recorded_then_replayed_offline(recorded) -> None:  # ty
     assert v["outcome"]["sandbox"]["paths"] == ("same-paths" if same_paths_here() else "mapped")
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_nanobot_replay_restores_the_workspace_and_leaves_the_original_alone(recorded) -> None:  # type: ignore[no-untyped-def]
     """The config names the workspace by absolute path; the replay restores
     the recorded workspace into a sandbox shown at that path, so the agent
@@ -122,6 +123,7 @@ def same_paths_here() -> bool:
     return isolate.capabilities().mount_namespaces
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_nanobot_changed_workspace_file_is_caught_in_strict_mode(recorded_live) -> None:  # type: ignore[no-untyped-def]
     scene, run, live = recorded_live
     assert live.returncode == 0
@@ -139,6 +141,7 @@ def test_nanobot_changed_workspace_file_is_caught_in_strict_mode(recorded_live) 
     assert "body" in v["requests"][1]["detail"]["fields"]
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_nanobot_diagnostic_names_the_tool_whose_result_changed(recorded_live) -> None:  # type: ignore[no-untyped-def]
     scene, run, live = recorded_live
     assert live.returncode == 0

@@ -133,6 +133,7 @@ def test_replay_only_by_default_a_missing_run_is_an_error_and_nothing_is_forward
         "`pytest --wiretape-record`*")])
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_recording_is_saved_only_when_its_test_passed(pytester: pytest.Pytester) -> None:
     run = pytester.path / "runs" / "test_sdk" / "test_hello.wtape"
     with FakeProvider([TextTurn("Something else.")]) as provider:

@@ -65,6 +65,7 @@ def test_record_returns_the_run_and_replay_its_exact_verdict(recorded: wiretape.
     assert shown.getvalue() == (ANSWER + "\n").encode()  # passed through as it arrived
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_replay_by_run_id_against_a_changed_workspace_diverges(recorded: wiretape.Run,
                                                                 tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch
@@ -96,6 +97,7 @@ def test_replay_by_run_id_against_a_changed_workspace_diverges(recorded: wiretap
         "diagnostic", 1, 2, False)
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_the_plain_forms_refuse_a_running_loop_and_the_async_forms_run_on_it(
         recorded: wiretape.Run) -> None:
     async def main() -> wiretape.Verdict:

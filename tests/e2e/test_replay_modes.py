@@ -166,6 +166,7 @@ def test_strict_changed_prompt_example_agent_stops_at_first_request(agent_run, t
     assert stored_verdict(agent_run)["requests"] == verdict["requests"]
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_strict_divergence_gives_a_final_provider_error_and_stops_the_group(sdk_run, tmp_path):
     pidfile = tmp_path / "grandchild.pid"
     done = wiretape("replay", str(sdk_run), "--", sys.executable, PROBE, "a changed prompt",
@@ -252,6 +253,7 @@ def test_strict_same_requests_pass(probe_run, tmp_path):
 # --- diagnostic ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_diagnostic_changed_prompt_goes_on_and_labels_every_request(agent_run, tmp_path):
     done = wiretape("replay", "--diagnostic", str(agent_run), "--json", "--", *AGENT,
                     "How many pears are there?", cwd=tmp_path)

@@ -88,6 +88,7 @@ def test_same_paths_and_recorded_clock_give_exact_and_leave_the_project_alone(pr
 # The prompt's time is pinned: a minute turning over between the recording and
 # the replay would add a timestamp difference and make the request diverged.
 @pytest.mark.parametrize("agent_clock", ["2025-01-02T03:04Z"])
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_mapped_paths_count_as_substituted_and_name_the_path(project) -> None:  # type: ignore[no-untyped-def]
     work, run = project
     done = wiretape("replay", str(run), "--no-same-paths", "--diagnostic", cwd=work.parent)
@@ -110,6 +111,7 @@ def test_mapped_paths_count_as_substituted_and_name_the_path(project) -> None:  
 
 @needs_mount_ns
 @needs_faketime
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_another_clock_diverges_and_the_timestamp_is_named(project) -> None:  # type: ignore[no-untyped-def]
     work, run = project
     faketime = shutil.which("faketime")
@@ -149,6 +151,7 @@ def test_offline_a_tool_cannot_fetch_and_the_names_are_reported(
 
 
 @needs_mount_ns
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_virtualenv_left_out_of_the_snapshot_is_there_in_the_replay(tmp_path: Path) -> None:
     """The agent's own interpreter and packages live in ``.venv``, which
     snapshots leave out: a same-paths replay shows it read-only where it was,
@@ -248,6 +251,7 @@ def test_the_readme_layout_replays_with_its_virtualenv_read_only(venv_project) -
         assert checksums(work / ".venv") == before  # the agent could not append to its log
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_an_agent_that_fails_in_a_replay_is_named_with_its_stderr(venv_project) -> None:  # type: ignore[no-untyped-def]
     work, run = venv_project
     runs = work.parent / "runs"

@@ -206,6 +206,7 @@ def test_openai_chat_non_streaming(tmp_path: Path) -> None:
     assert len({t["completion_id"] for t in observed["turns"]}) == 2
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_openai_embeddings(tmp_path: Path) -> None:
     passes = record_then_replay(tmp_path, [], "openai", "/v1",
                                 [PYTHON, str(CLIENTS / "openai_client.py"), "embeddings"])
@@ -234,6 +235,7 @@ RESPONSES_SCRIPT: list[Turn] = [
 ]
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_openai_responses_stream(tmp_path: Path) -> None:
     passes = record_then_replay(tmp_path, RESPONSES_SCRIPT, "openai", "/v1",
                                 [PYTHON, str(CLIENTS / "openai_client.py"), "responses-stream"])
@@ -268,6 +270,7 @@ ANTHROPIC_SCRIPT: list[Turn] = [
 ]
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_anthropic_messages_stream_with_tool_use(tmp_path: Path) -> None:
     passes = record_then_replay(tmp_path, ANTHROPIC_SCRIPT, "anthropic", "",
                                 [PYTHON, str(CLIENTS / "anthropic_client.py")])
@@ -306,6 +309,7 @@ def check_chat_sse(frames: Sequence[bytes], text: str) -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_httpx_iter_raw_frames(tmp_path: Path) -> None:
     script = [TextTurn(STREAM_TEXT)]
     passes = record_then_replay(tmp_path, script, "openai", "/v1",
@@ -325,6 +329,7 @@ def test_httpx_iter_raw_frames(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", ["stream", "plain"])
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_curl(tmp_path: Path, mode: str) -> None:
     script = [TextTurn("Red, yellow and blue.")]
     passes = record_then_replay(tmp_path, script, "openai", "/v1",

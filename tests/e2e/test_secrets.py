@@ -189,6 +189,7 @@ def test_gzip_bodies_both_ways_are_redacted_decoded_and_replay_exactly(tmp_path:
 GREETING = "the Blue Heron team (rooms 4-17)"
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_scrub_replaces_a_value_everywhere_and_the_replay_still_matches(tmp_path: Path) -> None:
     run = tmp_path / "env.wtape"
     with FakeProvider([TextTurn(f"Hi {GREETING}!")]) as fp:
@@ -217,6 +218,7 @@ def test_scrub_replaces_a_value_everywhere_and_the_replay_still_matches(tmp_path
     assert_nowhere(run, [GREETING.encode()])
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_scan_fails_a_run_holding_a_secrets_file_until_it_is_scrubbed(tmp_path: Path) -> None:
     work = tmp_path / "project"
     lay_out(work)
@@ -273,6 +275,7 @@ def test_a_secrets_file_taken_on_request_keeps_its_values_secret_everywhere(
             ("snapshot", ".env:DB_PASSWORD")} <= rules, rules
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_scrub_drops_a_stored_secrets_file_and_its_values_everywhere(tmp_path: Path) -> None:
     """A run holding a ``.env`` whose value is also in its gzip bodies (as
     an older recording kept it): ``scrub`` without --match drops the file

@@ -73,6 +73,7 @@ def wiretape(*args: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_failed_recording_says_so_and_ls_and_the_verdict_show_exit_codes(
         provider: str, tmp_path: Path) -> None:
     store = tmp_path / "store"

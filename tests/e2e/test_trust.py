@@ -186,6 +186,7 @@ def test_on_a_terminal_a_strangers_command_is_shown_and_asked_about(
         assert "wiretape: not replayed (give the command to run after --, or pass --yes)" in said
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_check_runs_a_strangers_command_only_with_yes(
         project: tuple[Path, Path, Path], tmp_path: Path) -> None:
     project_dir, run, marker = project

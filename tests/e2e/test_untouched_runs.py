@@ -85,6 +85,7 @@ def project(recorded: Path, tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_committed_run_is_not_touched_by_anything_that_reads_or_replays_it(
         project: Path) -> None:
     run = project / "runs" / "one.wtape"

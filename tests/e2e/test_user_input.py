@@ -95,6 +95,7 @@ def test_a_latin1_file_name_is_snapshotted_and_restored_byte_for_byte(
         assert "verdict PASS" in err and "files same" in err, err
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_latin1_argument_is_shown_listed_exported_and_reported(
         latin1_run: tuple[Path, Path], tmp_path: Path) -> None:
     _, run = latin1_run

@@ -331,6 +331,7 @@ RAW = str(Path(__file__).resolve().parent / "clients_ws" / "raw_close_client.py"
 SHORT = {"WIRETAPE_WS_CLOSE_TIMEOUT": "0.5"}
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_client_that_never_answers_the_origin_s_close_is_closed_and_kept(tmp_path):
     # The origin answers "hello" and closes (1000 bye); the client never
     # answers the close, keeping its connection open and silent, until

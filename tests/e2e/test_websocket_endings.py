@@ -70,6 +70,7 @@ def shape(exchange: Any) -> list[tuple[str, Opcode, bytes, int | None]]:
             if m.opcode not in (Opcode.PING, Opcode.PONG)]
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_an_origin_that_vanishes_mid_session_replays_its_ending(tmp_path):
     with WsOrigin("vanishes") as origin:
         rec = record_with(origin.url, tmp_path, "gone.wtape", ENDING, "--until-close")

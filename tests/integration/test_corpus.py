@@ -34,6 +34,15 @@ MAX_STREAM_S = 0.6
 GAP_MS = 15.0
 
 
+#: The fixtures the everyday tier records and replays (one stream per wire
+#: format, an error, an SSE comment); every other one runs in `make test-slow`.
+_EVERYDAY = frozenset({
+    "anthropic-stream-tool-use-gzip", "gemini-sse-thinking",
+    "openai-chat-stream-tool-call-deltas", "openai-responses-stream-function-call",
+    "openai-error-400-responses", "openrouter-stream-processing-comment",
+})
+
+
 def _fixtures() -> list[str]:
     d = corpus_dir()
     if not d.is_dir():
@@ -107,7 +116,9 @@ def _hdrs(pairs) -> list[tuple[bytes, bytes]]:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
 
 
-@pytest.mark.parametrize("name", _fixtures())
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=() if name in _EVERYDAY else pytest.mark.slow)
+    for name in _fixtures()])
 def test_corpus_fixture(name: str, tmp_path: Path, cli: None) -> None:
     fx = corpus_dir() / name
     origin, var, base, rest = corpus_split(fx)

@@ -10,6 +10,7 @@ import signal
 import socket
 from pathlib import Path
 
+import pytest
 from test_proxy_edges import Conn, Wiretape, free_port, post
 
 from wiretape.testing import FakeProvider, TextTurn
@@ -49,6 +50,7 @@ def test_the_agents_base_url_is_printed_as_listening_not_upstream(tmp_path: Path
     assert first == f"openai: http://127.0.0.1:{port}/v1\n"
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_replay_given_port_says_no_warning_when_the_recorded_one_is_free(
         tmp_path: Path) -> None:
     recorded = free_port()
