@@ -7,8 +7,12 @@ fixes report.txt, ``fake-idle`` does not), on the restored files."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -157,7 +161,8 @@ def test_a_fork_whose_turn_before_n_diverges_stops_and_names_it(tmp_path: Path) 
     record(project, run, "--no-snapshot")  # the fork reads the live files
     (project / "inventory.txt").write_text("apples: 18\npears: 25\n")
     with FakeProvider([], models=fork_models()) as live:
-        done = wiretape("fork", str(run), "--from", "2", "--model", FIXER_MODEL, "-o",
+        done = wiretape("fork", str(run), "--from", "2", "--live-files", "--model", FIXER_MODEL,
+                        "-o",
                         str(tmp_path / "fork.wtape"), "--upstream", f"openai={live.url}/v1",
                         cwd=tmp_path)
         assert live.requests == []
@@ -203,3 +208,152 @@ def test_the_python_api_forks_a_run_at_its_end_offline(parent: tuple[Path, Path]
     assert result.exit_status == 0 and result.verify_status == 1  # the recording fixed nothing
     assert (result.input_tokens, result.output_tokens) == (None, None)
     assert result.path == tmp_path / "whole.wtape" and result.parent_id == p_id(run)
+
+
+def recorded_by(source: Path, target: Path, user: str, host: str) -> Path:
+    """A copy of ``source`` claiming to be recorded by ``user`` on ``host``."""
+    target.write_bytes(source.read_bytes())
+    db = sqlite3.connect(target)
+    with db:
+        extra = json.loads(db.execute("SELECT value FROM meta WHERE key = 'extra'").fetchone()[0])
+        extra.update(recorded_user=user, recorded_host=host)
+        db.execute("UPDATE meta SET value = ? WHERE key = 'extra'", (json.dumps(extra),))
+    db.close()
+    return target
+
+
+def test_fork_and_compare_ask_before_running_someone_elses_command(
+        parent: tuple[Path, Path], tmp_path: Path) -> None:
+    _, run = parent
+    theirs = recorded_by(run, tmp_path / "theirs.wtape", "mallory", "evil")
+    out = tmp_path / "fork.wtape"
+    with FakeProvider([], models=fork_models()) as live:
+        upstream = f"openai={live.url}/v1"
+        refused = wiretape("fork", str(theirs), "--from", "1", "--upstream", upstream, "-o",
+                           str(out), cwd=tmp_path)
+        compared = wiretape("compare", str(theirs), "--from", "1", "--models", FIXER_MODEL,
+                            "--verify", VERIFY, "--upstream", upstream, cwd=tmp_path)
+        assert live.requests == []
+        forked = wiretape("fork", str(theirs), "--from", "1", "--upstream", upstream,
+                          "--model", FIXER_MODEL, "-o", str(out), "--yes", cwd=tmp_path)
+    for done in (refused, compared):
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.strip().splitlines()
+        assert "was recorded by mallory on evil, not here" in line and "pass --yes" in line
+    assert not out.exists() or forked.returncode == 0
+    assert forked.returncode == 0, forked.stderr
+    # The fork runs mallory's command: it says so, and a replay of it asks too.
+    with RunFile.open(out) as f:
+        extra = f.info().extra
+    assert (extra["recorded_user"], extra["recorded_host"]) == ("mallory", "evil")
+    replayed = wiretape("replay", str(out), cwd=tmp_path)
+    assert replayed.returncode == 2 and "recorded by mallory on evil" in replayed.stderr
+
+
+def test_a_command_after_dashes_is_run_instead_and_is_the_users_own(
+        parent: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import wiretape as api
+
+    project, run = parent
+    monkeypatch.chdir(project)  # (the given command runs here, on the restored files)
+    theirs = recorded_by(run, tmp_path / "theirs.wtape", "mallory", "evil")
+    out = tmp_path / "fork.wtape"
+    agent = [sys.executable, "-m", "wiretape.examples.tool_agent", "--write", "--workspace",
+             ".", QUESTION]
+    with FakeProvider([], models=fork_models()) as live:
+        done = wiretape("fork", str(theirs), "--from", "1", "--model", FIXER_MODEL,
+                        "--upstream", f"openai={live.url}/v1", "-o", str(out), "--", *agent,
+                        cwd=project)
+        with pytest.raises(TypeError, match="argv must be a list"):
+            api.fork(theirs, after=1, argv="python agent.py")
+        result = api.fork(theirs, after=3, argv=agent, out=tmp_path / "api.wtape")
+    assert done.returncode == 0, done.stderr
+    assert (result.replayed, result.exit_status) == (3, 0)
+    with RunFile.open(out) as f:
+        info = f.info()
+    assert list(info.argv) == agent
+    assert info.extra["recorded_user"] != "mallory"
+
+
+def test_a_run_with_no_snapshot_is_refused_unless_live_files(tmp_path: Path) -> None:
+    import wiretape as api
+    from wiretape.errors import UsageError
+
+    project = make_project(tmp_path)
+    run = tmp_path / "parent.wtape"
+    record(project, run, "--no-snapshot")
+    with FakeProvider([], models=fork_models()) as live:
+        upstream = f"openai={live.url}/v1"
+        forked = wiretape("fork", str(run), "--from", "1", "--model", FIXER_MODEL,
+                          "--upstream", upstream, cwd=tmp_path)
+        compared = wiretape("compare", str(run), "--from", "1", "--models",
+                            f"{FIXER_MODEL},{IDLE_MODEL}", "--verify", VERIFY,
+                            "--upstream", upstream, cwd=tmp_path)
+        with pytest.raises(UsageError, match="no snapshot"):
+            api.fork(run, after=1, upstreams={"openai": f"{live.url}/v1"})
+        assert live.requests == []
+    assert (project / "report.txt").read_text() == "total: 40\n"
+    for done in (forked, compared):
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.strip().splitlines()
+        assert f"run {p_id(run)} has no snapshot of its files" in line
+        assert "record it again with snapshots" in line
+    assert "--live-files" in forked.stderr
+
+
+def wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
+    while not path.exists() or not path.read_text().strip():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_compare_ends_the_verify_command_too(
+        parent: tuple[Path, Path], tmp_path: Path, signum: int) -> None:
+    _, run = parent
+    pidfile = tmp_path / "verify.pid"
+    with FakeProvider([], models=fork_models()) as live:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wiretape", "compare", str(run), "--from", "1", "--models",
+             IDLE_MODEL, "--verify", f"echo $$ > {pidfile}; exec sleep 300",
+             "--upstream", f"openai={live.url}/v1"],
+            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(pidfile, proc)
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    pid = int(pidfile.read_text())
+    while not gone(pid):  # (the kill is sent before compare exits; reaping may lag)
+        time.sleep(0.05)
+    assert proc.returncode == 128 + signum, err
+    assert f"[1/1] {IDLE_MODEL}: fork started" in err
+    assert f"interrupted by {signal.Signals(signum).name} during compare" in err
+    assert "Traceback" not in err
+    leftovers = [p.name for p in tmp_path.glob(".wiretape/runs/*") if p.suffix != ".wtape"]
+    assert leftovers == []
+
+
+def test_a_verify_command_running_too_long_is_ended(parent: tuple[Path, Path],
+                                                     tmp_path: Path) -> None:
+    _, run = parent
+    with FakeProvider([], models=fork_models()) as live:
+        done = wiretape("compare", str(run), "--from", "1", "--models", IDLE_MODEL,
+                        "--verify", "sleep 300", "--verify-timeout", "0.5",
+                        "--upstream", f"openai={live.url}/v1", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    [row] = done.stdout.splitlines()[1:]
+    assert row.split()[:3] == [IDLE_MODEL, "FAIL", "(timeout)"]
+    assert (f"wiretape compare: {IDLE_MODEL}: verify ended after 0.5 s (--verify-timeout)"
+            in done.stderr)

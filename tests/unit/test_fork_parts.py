@@ -65,3 +65,24 @@ def test_each_model_plays_its_own_script() -> None:
     assert b"from a" in ask("m-a")
     assert b"default" in ask("other")
     assert b"script exhausted" in ask("m-a")
+
+
+def test_the_python_api_refuses_bad_models_and_after_in_one_clear_line(
+        tmp_path: Path) -> None:
+    import wiretape
+
+    nowhere = tmp_path / "never-read.wtape"  # (refused before the run is looked at)
+    with pytest.raises(TypeError, match=r"not a string \('fake-fixer'\): for one model give "
+                                        r"\['fake-fixer'\]"):
+        wiretape.compare(nowhere, after=1, models="fake-fixer", verify="true")
+    with pytest.raises(UsageError, match="names fake-fixer more than once"):
+        wiretape.compare(nowhere, after=1, models=["fake-fixer", "fake-fixer"], verify="true")
+    with pytest.raises(UsageError, match="at least one model"):
+        wiretape.compare(nowhere, after=1, models=[], verify="true")
+    with pytest.raises(TypeError, match=r"after must be a number of exchanges .an int., not "
+                                        "str '1'"):
+        wiretape.compare(nowhere, after="1", models=["a"], verify="true")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"after must be 0 or more .* got -1"):
+        wiretape.fork(nowhere, after=-1)
+    with pytest.raises(TypeError, match="after must be"):
+        wiretape.fork(nowhere, after=True)

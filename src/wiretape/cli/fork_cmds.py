@@ -92,11 +92,24 @@ def _unreachable_line(result: ForkResult) -> str | None:
 @click.option("--verify", default=None, metavar="CMD",
               help="Shell command run in the fork's sandbox after the agent exits.")
 @click.option("--json", "as_json", is_flag=True, help="The result as JSON on stdout.")
+@click.option("-y", "--yes", is_flag=True,
+              help="Run the recorded command without asking, also of a run recorded by "
+                   "another user or on another host.")
+@click.option("--live-files", is_flag=True,
+              help="Fork a run recorded with no snapshot: its agent runs on the live files "
+                   "(and may change them).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out: Path | None,
-         verify: str | None, as_json: bool) -> None:
+         verify: str | None, as_json: bool, yes: bool, live_files: bool,
+         command: tuple[str, ...]) -> None:
     """Run RUN's agent again on its restored files: its first N model turns
     from the recording, byte for byte and offline, then a live model. The
     fork is a run of its own (show, replay, diff, fork it again).
+
+    Without COMMAND the recorded command runs again in the recorded
+    directory; a run recorded by another user or on another host shows
+    its command and asks first (as replay does; --yes runs it). A run
+    with no snapshot is refused unless --live-files is given.
 
     Exit status: the agent's; 3 when a request before N did not match its
     recording (the difference is shown); 2 for bad input or no reachable
@@ -106,18 +119,23 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
     Example:
       wiretape fork run_0123456789ab --from 2 --model gpt-4o
       wiretape fork run_0123456789ab --from 1 --upstream openai=http://127.0.0.1:8765/v1
+      wiretape fork run.wtape --from 1 -- python agent.py
     """
     import asyncio
 
+    from wiretape.cli.confirm import confirm_recorded_command
     from wiretape.launch.fork import ForkSettings
     from wiretape.launch.fork import fork as run_fork
     from wiretape.launch.origins import parse_pairs
     from wiretape.store.locate import resolve_run
 
     path = resolve_run(run)
+    if not command and not yes:
+        confirm_recorded_command(path, "fork")
     settings = ForkSettings(upto, model=model, upstreams=tuple(parse_pairs(upstreams,
                                                                            "--upstream")),
-                            out=out, verify=verify)
+                            out=out, verify=verify, argv=command or None, yes=True,
+                            live_files=live_files)
     prices = price_table()
     # With --json, stdout is the result's: the agent's output goes to stderr.
     result = asyncio.run(run_fork(path, settings,
@@ -173,6 +191,8 @@ def compare_rows(results: list[ForkResult], prices: PriceTable) -> list[list[str
             verify = "stopped"
         elif r.verify_status is None:
             verify = "-"
+        elif r.verify_timed_out:
+            verify = "FAIL (timeout)"
         else:
             verify = f"{'pass' if r.verify_status == 0 else 'FAIL'} ({r.verify_status})"
         rows.append([printable(r.live_model or "?"), verify, str(r.exit_status), str(r.live),
@@ -204,16 +224,27 @@ def compare_lines(results: list[ForkResult]) -> list[str]:
               help="Forks run at once.")
 @click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
               help="Live origin for NAME (default: the recorded one). Repeatable.")
+@click.option("--verify-timeout", "verify_timeout", type=click.FloatRange(min=0, min_open=True),
+              default=600.0, show_default=True, metavar="SECONDS",
+              help="End a verify command (its whole process group) running longer; its row "
+                   "shows FAIL (timeout).")
 @click.option("--json", "as_json", is_flag=True, help="The rows as JSON on stdout.")
+@click.option("-y", "--yes", is_flag=True,
+              help="Run the recorded command without asking, also of a run recorded by "
+                   "another user or on another host.")
 def compare(run: str, upto: int, models: str, verify: str, jobs: int, upstreams: tuple[str, ...],
-            as_json: bool) -> None:
+            verify_timeout: float, as_json: bool, yes: bool) -> None:
     """Fork RUN from N once per model, each in its own sandbox, run CMD in
     each sandbox afterwards, and print one table: model, verify exit
     status, the agent's exit status, live exchanges, tokens in and out,
     cost where the model's price is known, wall time, run id.
 
-    Exit status: 0 when at least one model passes verify, 1 when none
-    does, 2 for bad input or no reachable upstream.
+    A run recorded by another user or on another host shows its command
+    and asks first (--yes runs it); a run with no snapshot is refused.
+    Each fork's start and end is a line on stderr. Exit status: 0 when at
+    least one model passes verify, 1 when none does, 2 for bad input or
+    no reachable upstream, 130/143 interrupted by SIGINT/SIGTERM (every
+    agent and verify command is stopped).
 
     \b
     Example:
@@ -222,6 +253,7 @@ def compare(run: str, upto: int, models: str, verify: str, jobs: int, upstreams:
     """
     import asyncio
 
+    from wiretape.cli.confirm import confirm_recorded_command
     from wiretape.launch.fork import compare as run_compare
     from wiretape.launch.origins import parse_pairs
     from wiretape.store.locate import resolve_run
@@ -233,11 +265,22 @@ def compare(run: str, upto: int, models: str, verify: str, jobs: int, upstreams:
         raise UsageError(f"--models names a model twice ({models}): give each once")
     path = resolve_run(run)
     prices = price_table()
+    _check_compare(path)
+    if not yes:
+        confirm_recorded_command(path, "compare")
+    count = len(names)
+    begun: list[str] = []
+
+    def started(model: str) -> None:
+        begun.append(model)
+        _say(f"wiretape compare: [{len(begun)}/{count}] {printable(model)}: fork started")
+
     results = asyncio.run(run_compare(
         path, upto, names, verify, jobs=jobs,
-        upstreams=tuple(parse_pairs(upstreams, "--upstream")),
-        on_done=lambda r: _say(f"wiretape compare: {printable(r.live_model or '?')} done "
-                               f"({r.run_id})")))
+        upstreams=tuple(parse_pairs(upstreams, "--upstream")), yes=True,
+        verify_timeout_s=verify_timeout, handle_signals=True, on_start=started,
+        on_done=lambda r: _say(f"wiretape compare: {printable(r.live_model or '?')}: "
+                               f"{_ended(r)} ({r.run_id})")))
     if as_json:
         click.echo(json_text({"parent": results[0].parent_id if results else None,
                               "from": upto, "verify": verify,
@@ -246,6 +289,8 @@ def compare(run: str, upto: int, models: str, verify: str, jobs: int, upstreams:
         for line in table(compare_rows(results, prices), COMPARE_HEADER):
             click.echo(line)
     for r in results:
+        for line in _verify_lines(r, verify_timeout):
+            _say(line)
         if r.stopped is not None:
             _say(f"wiretape compare: {printable(r.live_model or '?')}: "
                  + _stopped_lines(r)[0].removeprefix("wiretape fork: "))
@@ -258,6 +303,42 @@ def compare(run: str, upto: int, models: str, verify: str, jobs: int, upstreams:
     _say(f"wiretape compare: {passed} of {len(results)} model{'s' if len(results) != 1 else ''}"
          " passed verify")
     sys.exit(0 if passed else EXIT_ALL_FAILED)
+
+
+def _check_compare(path: Path) -> None:
+    """Refuse, before asking anything, a run compare cannot use (no
+    snapshot). Raises UsageError."""
+    from wiretape.launch.fork import check_parent
+
+    check_parent(path, True, None)
+
+
+def _verify_lines(result: ForkResult, timeout_s: float) -> list[str]:
+    """Why a fork's verify failed: ended for running too long, or the last
+    line of its output (its stderr and stdout together)."""
+    model = printable(result.live_model or "?")
+    if result.verify_timed_out:
+        return [f"wiretape compare: {model}: verify ended after {timeout_s:g} s "
+                "(--verify-timeout)"]
+    if result.verify_status in (None, 0) or result.stopped is not None:
+        return []
+    last = next((line for line in reversed(result.verify_output.splitlines()) if line.strip()),
+                None)
+    said = f": {printable(last.strip())}" if last else " (it printed nothing)"
+    return [f"wiretape compare: {model}: verify failed with exit status "
+            f"{result.verify_status}{said}"]
+
+
+def _ended(result: ForkResult) -> str:
+    """How a fork ended, for its progress line."""
+    if result.stopped is not None:
+        return "stopped (a request before --from did not match its recording)"
+    if result.verify_timed_out:
+        return "verify timed out"
+    if result.verify_status is None:
+        return "done"
+    return "verify passed" if result.verify_status == 0 else \
+        f"verify FAILED (exit status {result.verify_status})"
 
 
 def register(group: click.Group) -> None:
