@@ -19,7 +19,14 @@ import pytest
 
 from wiretape.inspect.prices import PriceTable
 from wiretape.store.runfile import RunFile
-from wiretape.testing import FIXER_MODEL, IDLE_MODEL, FakeProvider, demo_script, fork_models
+from wiretape.testing import (
+    FIXER_MODEL,
+    IDLE_MODEL,
+    FakeProvider,
+    TextTurn,
+    demo_script,
+    fork_models,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -72,7 +79,7 @@ def test_fork_serves_the_first_turn_from_the_recording_then_goes_live(
     assert result["verify_status"] == 0 and result["exit_status"] == 0
     assert result["model"] == FIXER_MODEL and result["rewrite"] == FIXER_MODEL
     assert result["input_tokens"] > 0 and result["output_tokens"] > 0
-    assert "model rewritten to fake-fixer on 3 live requests" in done.stderr
+    assert "model rewritten to fake-fixer on 3 of 3 live requests" in done.stderr
     # Only the live turns reached the provider, each asking for the rewritten model.
     assert [r.json()["model"] for r in received] == [FIXER_MODEL] * 3
     # The user's project is untouched: the agent wrote into its sandbox.
@@ -357,3 +364,31 @@ def test_a_verify_command_running_too_long_is_ended(parent: tuple[Path, Path],
     assert row.split()[:3] == [IDLE_MODEL, "FAIL", "(timeout)"]
     assert (f"wiretape compare: {IDLE_MODEL}: verify ended after 0.5 s (--verify-timeout)"
             in done.stderr)
+
+
+def test_model_is_refused_where_the_live_part_is_a_websocket_session(tmp_path: Path) -> None:
+    import wiretape as api
+    from wiretape.errors import UsageError
+
+    client = str(Path(__file__).resolve().parent / "clients_ws" / "ws_client.py")
+    project = make_project(tmp_path)
+    run = tmp_path / "ws.wtape"
+    turns = [TextTurn("The sum is 5.")]
+    with FakeProvider(turns) as fp:
+        done = wiretape("record", "-o", str(run), "--upstream", f"openai={fp.url}/v1", "--",
+                        sys.executable, client, "add 2 and 3", cwd=project)
+    assert done.returncode == 0, done.stderr
+    with FakeProvider(turns) as live:
+        refused = wiretape("fork", str(run), "--from", "0", "--model", "alt-model",
+                           "--upstream", f"openai={live.url}/v1", cwd=tmp_path)
+        empty = wiretape("fork", str(run), "--from", "0", "--model", "",
+                         "--upstream", f"openai={live.url}/v1", cwd=tmp_path)
+        with pytest.raises(UsageError, match="is a WebSocket session"):
+            api.fork(run, after=0, model="alt-model", upstreams={"openai": f"{live.url}/v1"})
+        assert live.requests == []
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"wiretape: error: --model cannot be applied to run {p_id(run)} from there: its "
+        "exchange #0 is a WebSocket session, whose model is named in the messages the agent "
+        "sends (not rewritten); fork without --model, or from after the session"]
+    assert empty.returncode == 2 and "--model is empty" in empty.stderr

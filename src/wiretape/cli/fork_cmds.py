@@ -143,8 +143,8 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
                                   handle_signals=True))
     if as_json:
         click.echo(json_text(result.to_json(prices)))
-    rewrite = (f"; model rewritten to {printable(model)} on {result.rewritten} live "
-               f"request{'s' if result.rewritten != 1 else ''}" if model else "")
+    rewrite = (f"; model rewritten to {printable(model)} on {result.rewritten} of "
+               f"{result.live} live request{'s' if result.live != 1 else ''}" if model else "")
     if model and result.not_rewritten:
         rewrite += f" ({result.not_rewritten} named no model and went as they came)"
     _say(f"wiretape fork: {result.run_id} from {result.parent_id} at {upto}: "

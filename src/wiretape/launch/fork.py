@@ -50,7 +50,15 @@ from wiretape.launch.replay import (
     recorded_span,
 )
 from wiretape.launch.sandbox import Sandbox, sweep_stale
-from wiretape.model import Ending, Exchange, ExplanationJSON, Origin, Redaction, RunInfo
+from wiretape.model import (
+    Ending,
+    Exchange,
+    ExplanationJSON,
+    Origin,
+    Redaction,
+    RunInfo,
+    header_values,
+)
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.playback.decide import Mode, Policy
 from wiretape.proxy.fork import Fork
@@ -219,6 +227,8 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                 f"--from {upto} is beyond run {info.run_id}: it has {len(exchanges)} "
                 f"exchange{'s' if len(exchanges) != 1 else ''}; give --from 0 to "
                 f"{len(exchanges)} (`wiretape show {info.run_id}` lists its checkpoints)")
+        if settings.model is not None:
+            _check_rewritable(info.run_id, settings.model, exchanges[upto:])
         upstreams = _upstreams(info, settings.upstreams)
         await _check_reachable(upstreams, exchanges[upto:],
                                settings.upstream_options)
@@ -329,7 +339,8 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                            "fork_verify_status": str(verify_status)})
         live = [e for e in run.exchanges() if e.seq >= upto]
         input_tokens, output_tokens = usage_of(live)
-        live_model = settings.model or next(
+        # The rewrite's model only when it was sent; else what the agent named.
+        live_model = (settings.model if engine.stats.rewritten else None) or next(
             (m for m in (read_exchange(e).request.model for e in live) if m), None)
         unreachable = [(e.origin, e.error or e.ending.value) for e in live
                        if e.ending in (Ending.ORIGIN_UNREACHABLE, Ending.TIMEOUT)]
@@ -343,6 +354,29 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                           time.monotonic() - t0, verify_status, verify_output, explanation,
                           engine.stats.not_rewritten, verify_timed_out)
     raise AssertionError("unreachable")  # (the stack above always returns or raises)
+
+
+def _is_websocket(exchange: Exchange) -> bool:
+    """An upgrade to WebSocket (RFC 6455 §4.1: ``Upgrade: websocket``)."""
+    return bool(exchange.messages) or any(
+        v.strip().lower() == b"websocket"
+        for v in header_values(exchange.request.headers, b"upgrade"))
+
+
+def _check_rewritable(run_id: str, model: str, live: Sequence[Exchange]) -> None:
+    """Refuse a ``--model`` the fork could not apply: an empty name, or a
+    live part that is a WebSocket session (its model is named in the
+    client's messages, which the rewrite does not change). Raises
+    UsageError."""
+    if not model.strip():
+        raise UsageError("--model is empty: give a model name, or leave --model out to send "
+                         "the live requests as the agent asks")
+    sessions = [e.seq for e in live if _is_websocket(e)]
+    if sessions:
+        raise UsageError(
+            f"--model cannot be applied to run {run_id} from there: its exchange "
+            f"#{sessions[0]} is a WebSocket session, whose model is named in the messages the "
+            "agent sends (not rewritten); fork without --model, or from after the session")
 
 
 def no_snapshot_message(run_id: str) -> str:
