@@ -91,7 +91,9 @@ def test_fork_serves_the_first_turn_from_the_recording_then_goes_live(
     assert [e.seq for e in forked] == [0, 1, 2, 3]
     # Exchange 0 is the parent's, byte for byte; the live ones store what the agent sent.
     assert forked[0].request == recorded[0].request
-    assert forked[0].response == recorded[0].response
+    assert forked[0].response is not None and recorded[0].response is not None
+    assert forked[0].response.body == recorded[0].response.body
+    assert forked[0].response.headers == recorded[0].response.headers
     assert all(json.loads(e.request.body)["model"] == "gpt-4o-mini" for e in forked)
     assert info.extra["fork_parent"] == p_id(run)
     assert (info.extra["fork_from"], info.extra["fork_model"]) == ("1", FIXER_MODEL)
@@ -392,3 +394,40 @@ def test_model_is_refused_where_the_live_part_is_a_websocket_session(tmp_path: P
         "exchange #0 is a WebSocket session, whose model is named in the messages the agent "
         "sends (not rewritten); fork without --model, or from after the session"]
     assert empty.returncode == 2 and "--model is empty" in empty.stderr
+
+
+def test_a_forks_checkpoints_follow_its_own_serving_not_its_parents_times(
+        parent: tuple[Path, Path], tmp_path: Path) -> None:
+    _, run = parent
+    slow = tmp_path / "slow.wtape"  # the parent's first answer took ten minutes
+    slow.write_bytes(run.read_bytes())
+    db = sqlite3.connect(slow)
+    with db:
+        db.execute("UPDATE exchanges SET duration_ns = 600000000000 WHERE seq = 0")
+    db.close()
+    out = tmp_path / "fork.wtape"
+    with FakeProvider([], models=fork_models()) as live:
+        done = wiretape("fork", str(slow), "--from", "1", "--model", FIXER_MODEL,
+                        "--upstream", f"openai={live.url}/v1", "-o", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with RunFile.open(out) as f:
+        served = f.exchanges()[0]
+    assert served.duration_ns < 600_000_000_000  # (its own serving, not the parent's)
+    shown = json.loads(wiretape("show", str(out), "--json", cwd=tmp_path).stdout)
+    assert shown["checkpoints"] == [0, 1, 2, 3, 4]
+
+
+def test_a_fork_from_a_point_that_is_not_a_checkpoint_says_so(
+        parent: tuple[Path, Path], tmp_path: Path) -> None:
+    _, run = parent
+    tangled = tmp_path / "tangled.wtape"  # exchange #1 began before #0 ended
+    tangled.write_bytes(run.read_bytes())
+    db = sqlite3.connect(tangled)
+    with db:
+        db.execute("UPDATE exchanges SET duration_ns = 600000000000 WHERE seq = 0")
+    db.close()
+    with FakeProvider([], models=fork_models()) as live:
+        done = wiretape("fork", str(tangled), "--from", "2", "--upstream",
+                        f"openai={live.url}/v1", "-o", str(tmp_path / "f.wtape"), cwd=tmp_path)
+    assert (f"wiretape fork: note: --from 2 is not a checkpoint of {p_id(tangled)} (its "
+            "checkpoints: 0)") in done.stderr, done.stderr

@@ -69,6 +69,16 @@ def _price_notes(results: list[ForkResult], prices: PriceTable) -> list[str]:
     return notes
 
 
+def checkpoint_note(result: ForkResult) -> str:
+    """The note of a fork from an N that is not one of its parent's checkpoints."""
+    points = " ".join(str(n) for n in result.checkpoints or [0])
+    return (f"wiretape fork: note: --from {result.upto} is not a checkpoint of "
+            f"{result.parent_id} (its checkpoints: {points}): its first {result.upto} "
+            "exchanges did not each complete before the next began (or its latest replay "
+            "did not serve them exact), so the agent's state there may differ from the "
+            "recording's")
+
+
 def _unreachable_line(result: ForkResult) -> str | None:
     if not result.unreachable:
         return None
@@ -150,6 +160,8 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
     _say(f"wiretape fork: {result.run_id} from {result.parent_id} at {upto}: "
          f"{result.replayed} exchange{'s' if result.replayed != 1 else ''} served from the "
          f"recording, {result.live} live{rewrite}")
+    if result.checkpoints is not None:
+        _say(checkpoint_note(result))
     if result.stopped is not None:
         for line in _stopped_lines(result):
             _say(line)

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from wiretape import __version__
 from wiretape.errors import Interrupted, PortInUse, RunFileError, UsageError
+from wiretape.inspect.checkpoints import checkpoints
 from wiretape.inspect.forks import usage_of
 from wiretape.inspect.formats import read_exchange
 from wiretape.inspect.prices import PriceTable
@@ -147,6 +148,8 @@ class ForkResult:
     not_rewritten: int = 0
     #: the verify command was ended for running too long (its status 124)
     verify_timed_out: bool = False
+    #: the parent's checkpoints, when ``upto`` is not one of them (None: it is)
+    checkpoints: list[int] | None = None
 
     def cost(self, prices: PriceTable) -> float | None:
         """US dollars for the live tokens at ``live_model``'s price, or None."""
@@ -162,7 +165,8 @@ class ForkResult:
                 "cost_usd": self.cost(prices), "wall_s": round(self.duration_s, 3),
                 "verify_status": self.verify_status, "verify_output": self.verify_output,
                 "not_rewritten": self.not_rewritten, "explanation": self.explanation,
-                "verify_timed_out": self.verify_timed_out}
+                "verify_timed_out": self.verify_timed_out,
+                "from_checkpoint": self.checkpoints is None}
 
 
 async def fork(parent_path: Path, settings: ForkSettings, *,
@@ -227,6 +231,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                 f"--from {upto} is beyond run {info.run_id}: it has {len(exchanges)} "
                 f"exchange{'s' if len(exchanges) != 1 else ''}; give --from 0 to "
                 f"{len(exchanges)} (`wiretape show {info.run_id}` lists its checkpoints)")
+        points = checkpoints(parent)
         if settings.model is not None:
             _check_rewritable(info.run_id, settings.model, exchanges[upto:])
         upstreams = _upstreams(info, settings.upstreams)
@@ -352,7 +357,8 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                           len(live), engine.stats.rewritten, result.exit_status, engine.stopped,
                           unreachable, input_tokens, output_tokens,
                           time.monotonic() - t0, verify_status, verify_output, explanation,
-                          engine.stats.not_rewritten, verify_timed_out)
+                          engine.stats.not_rewritten, verify_timed_out,
+                          None if upto in points else points)
     raise AssertionError("unreachable")  # (the stack above always returns or raises)
 
 
