@@ -80,6 +80,7 @@ def test_fork_serves_the_first_turn_from_the_recording_then_goes_live(
     assert result["model"] == FIXER_MODEL and result["rewrite"] == FIXER_MODEL
     assert result["input_tokens"] > 0 and result["output_tokens"] > 0
     assert "model rewritten to fake-fixer on 3 of 3 live requests" in done.stderr
+    assert f"(try `wiretape show {out}`, `wiretape replay {out}`)" in done.stderr
     # Only the live turns reached the provider, each asking for the rewritten model.
     assert [r.json()["model"] for r in received] == [FIXER_MODEL] * 3
     # The user's project is untouched: the agent wrote into its sandbox.
@@ -101,6 +102,8 @@ def test_fork_serves_the_first_turn_from_the_recording_then_goes_live(
     # The fork is a run of its own: shown with its parent, and replayed exact offline.
     shown = json.loads(wiretape("show", str(out), "--json", cwd=tmp_path).stdout)
     assert shown["fork"] == {"parent": p_id(run), "from": 1, "model": FIXER_MODEL}
+    told = wiretape("show", str(out), cwd=tmp_path).stdout
+    assert f"forked from {p_id(run)} at 1: exchange #0 served from it, the rest live" in told
     replayed = wiretape("replay", str(out), cwd=tmp_path)
     assert replayed.returncode == 0, replayed.stderr
     assert "recorded 4, exact 4" in replayed.stderr
@@ -115,7 +118,8 @@ def test_show_lists_the_checkpoints(parent: tuple[Path, Path], tmp_path: Path) -
     _, run = parent
     shown = wiretape("show", str(run), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert f"checkpoints (wiretape fork {p_id(run)} --from N): 0 1 2 3" in shown.stdout
+    # The run is not in the runs folder: it is named by its path, which works.
+    assert f"checkpoints (wiretape fork {run} --from N): 0 1 2 3" in shown.stdout
     assert json.loads(wiretape("show", str(run), "--json", cwd=tmp_path).stdout)[
         "checkpoints"] == [0, 1, 2, 3]
 
@@ -186,7 +190,7 @@ def test_bad_input_is_one_line(parent: tuple[Path, Path], tmp_path: Path) -> Non
     assert beyond.returncode == 2
     assert beyond.stderr.strip().splitlines() == [
         f"wiretape: error: --from 9 is beyond run {p_id(run)}: it has 3 exchanges; give "
-        f"--from 0 to 3 (`wiretape show {p_id(run)}` lists its checkpoints)"]
+        f"--from 0 to 3 (`wiretape show {run}` lists its checkpoints)"]
     with FakeProvider([]) as gone:
         url = gone.url  # a port that was just given back: nothing listens there
     nowhere = wiretape("fork", str(run), "--from", "1", "--upstream", f"openai={url}/v1",

@@ -86,3 +86,22 @@ def test_the_python_api_refuses_bad_models_and_after_in_one_clear_line(
         wiretape.fork(nowhere, after=-1)
     with pytest.raises(TypeError, match="after must be"):
         wiretape.fork(nowhere, after=True)
+
+
+def test_a_run_is_named_by_id_only_where_an_id_finds_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from wiretape.store.locate import resolve_run, run_ref, runs_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WIRETAPE_HOME", raising=False)
+    runs_dir().mkdir(parents=True)
+    inside = runs_dir() / "run_0123456789ab.wtape"
+    inside.write_bytes(b"")
+    assert run_ref(inside, "run_0123456789ab") == "run_0123456789ab"
+    assert resolve_run("run_0123456789ab").resolve() == inside.resolve()
+    assert run_ref(tmp_path / "parent.wtape", "run_0123456789ab") == str(
+        tmp_path / "parent.wtape")
+    assert run_ref(tmp_path / "my runs" / "a.wtape", "run_0123456789ab") == (
+        f"'{tmp_path / 'my runs' / 'a.wtape'}'")
+    renamed = runs_dir() / "fork-fake-fixer.wtape"  # in the folder, but not by its id
+    assert run_ref(renamed, "run_0123456789ab") == str(renamed)

@@ -33,6 +33,13 @@ def _say(line: str) -> None:
     click.echo(line, err=True)
 
 
+def run_ref(path: Path, run_id: str) -> str:
+    """How to name a run on the command line (``store.locate.run_ref``)."""
+    from wiretape.store.locate import run_ref as ref
+
+    return ref(path, run_id)
+
+
 def price_table() -> PriceTable:
     """The built-in price table with the project's ``[prices]``."""
     from wiretape.inspect.prices import PriceTable
@@ -183,8 +190,9 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
                 _say(f"  {printable(line)}")
     for note in _price_notes([result], prices):
         _say(note)
+    ref = printable(run_ref(result.path, result.run_id))
     _say(f"wiretape fork: run file {printable(str(result.path))} (try `wiretape show "
-         f"{result.run_id}`, `wiretape replay {result.run_id}`)")
+         f"{ref}`, `wiretape replay {ref}`)")
     sys.exit(result.exit_status if result.exit_status is not None else 1)
 
 
@@ -209,7 +217,8 @@ def compare_rows(results: list[ForkResult], prices: PriceTable) -> list[list[str
             verify = f"{'pass' if r.verify_status == 0 else 'FAIL'} ({r.verify_status})"
         rows.append([printable(r.live_model or "?"), verify, str(r.exit_status), str(r.live),
                      _tokens(r.input_tokens), _tokens(r.output_tokens),
-                     cost_text(r.cost(prices)), f"{r.duration_s:.1f} s", r.run_id])
+                     cost_text(r.cost(prices)), f"{r.duration_s:.1f} s",
+                     printable(run_ref(r.path, r.run_id))])
     return rows
 
 
@@ -292,7 +301,7 @@ def compare(run: str, upto: int, models: str, verify: str, jobs: int, upstreams:
         upstreams=tuple(parse_pairs(upstreams, "--upstream")), yes=True,
         verify_timeout_s=verify_timeout, handle_signals=True, on_start=started,
         on_done=lambda r: _say(f"wiretape compare: {printable(r.live_model or '?')}: "
-                               f"{_ended(r)} ({r.run_id})")))
+                               f"{_ended(r)} ({printable(run_ref(r.path, r.run_id))})")))
     if as_json:
         click.echo(json_text({"parent": results[0].parent_id if results else None,
                               "from": upto, "verify": verify,

@@ -108,6 +108,7 @@ def fork_line(extra: dict[str, str]) -> str | None:
         return None
     upto = fork["from"]
     served = ("none served from it" if upto == 0 else
+              "exchange #0 served from it" if upto == 1 else
               f"exchanges #0-#{int(str(upto)) - 1} served from it" if isinstance(upto, int)
               else "some exchanges served from it")
     model = (f", the live requests' model rewritten to {fork['model']}" if fork["model"]
@@ -167,7 +168,9 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
     for line in [*text.ledger_lines(ov.ledger, escaped.style, ov.mcp_calls),
                  *text.mcp_call_lines(ov.mcp_calls, escaped.style)]:
         _echo(escaped(line))
-    _echo(f"checkpoints (wiretape fork {printable(ov.info.run_id)} --from N): "
+    from wiretape.store.locate import run_ref
+
+    _echo(f"checkpoints (wiretape fork {printable(run_ref(ov.path, ov.info.run_id))} --from N): "
           + " ".join(str(n) for n in ov.checkpoints))
     if ov.verdicts:
         _echo(click.style(f"replays: {len(ov.verdicts)}", bold=True))

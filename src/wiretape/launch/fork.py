@@ -70,7 +70,7 @@ from wiretape.redaction import STANDARD, Facts, Rules, secret_values
 from wiretape.scrub.places import redact_entry, rules_redactor, unique
 from wiretape.snapshot.tree import compare as compare_trees
 from wiretape.snapshot.tree import walk
-from wiretape.store.locate import new_run_id, runs_dir, store_paths
+from wiretape.store.locate import new_run_id, run_ref, runs_dir, store_paths
 from wiretape.store.runfile import RunFile
 
 #: Seconds a connection to an upstream may take when it is checked before
@@ -230,7 +230,8 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
             raise UsageError(
                 f"--from {upto} is beyond run {info.run_id}: it has {len(exchanges)} "
                 f"exchange{'s' if len(exchanges) != 1 else ''}; give --from 0 to "
-                f"{len(exchanges)} (`wiretape show {info.run_id}` lists its checkpoints)")
+                f"{len(exchanges)} (`wiretape show {run_ref(parent_path, info.run_id)}` lists "
+                "its checkpoints)")
         points = checkpoints(parent)
         if settings.model is not None:
             _check_rewritable(info.run_id, settings.model, exchanges[upto:])
