@@ -102,6 +102,11 @@ def test_fork_serves_the_first_turn_from_the_recording_then_goes_live(
     # The fork is a run of its own: shown with its parent, and replayed exact offline.
     shown = json.loads(wiretape("show", str(out), "--json", cwd=tmp_path).stdout)
     assert shown["fork"] == {"parent": p_id(run), "from": 1, "model": FIXER_MODEL}
+    reported = wiretape("report", str(out), "-o", str(tmp_path / "fork.html"), cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    assert (f'data-fork-parent="{p_id(run)}">forked from <span class="mono">{p_id(run)}</span> '
+            f"after its first 1 exchange, the live requests&#x27;"
+            in (tmp_path / "fork.html").read_text())
     told = wiretape("show", str(out), cwd=tmp_path).stdout
     assert f"forked from {p_id(run)} at 1: exchange #0 served from it, the rest live" in told
     replayed = wiretape("replay", str(out), cwd=tmp_path)

@@ -105,3 +105,24 @@ def test_a_run_is_named_by_id_only_where_an_id_finds_it(
         f"'{tmp_path / 'my runs' / 'a.wtape'}'")
     renamed = runs_dir() / "fork-fake-fixer.wtape"  # in the folder, but not by its id
     assert run_ref(renamed, "run_0123456789ab") == str(renamed)
+
+
+def test_the_reports_fork_table_says_interrupted_and_names_each_verify_that_differs() -> None:
+    from wiretape.inspect.forks import ForkSummary
+    from wiretape.inspect.prices import PriceTable
+    from wiretape.inspect.report import forks_table
+
+    def summary(run_id: str, exit_status: int | None, verify: str) -> ForkSummary:
+        return ForkSummary(run_id, Path(f"{run_id}.wtape"), 1, "m", 2, exit_status, 10, 5,
+                           verify, 1, 3.0)
+
+    prices = PriceTable.with_overrides({}, None)
+    page = forks_table([summary("run_a", None, "pytest -q"), summary("run_b", 0, "make test")],
+                       prices)
+    a = page.split('data-fork="run_a"', 1)[1].split("</tr>", 1)[0]
+    b = page.split('data-fork="run_b"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="muted">interrupted</td>' in a and "None" not in a
+    assert "pytest -q" in a and "make test" in b and "pytest -q; make test" not in page
+    same = forks_table([summary("run_a", 1, "pytest -q"), summary("run_b", 0, "pytest -q")],
+                       prices)
+    assert same.count("pytest -q") == 1 and "verify: <code>pytest -q</code>" in same

@@ -215,7 +215,8 @@ def compare_rows(results: list[ForkResult], prices: PriceTable) -> list[list[str
             verify = "FAIL (timeout)"
         else:
             verify = f"{'pass' if r.verify_status == 0 else 'FAIL'} ({r.verify_status})"
-        rows.append([printable(r.live_model or "?"), verify, str(r.exit_status), str(r.live),
+        rows.append([printable(r.live_model or "?"), verify,
+                     "interrupted" if r.exit_status is None else str(r.exit_status), str(r.live),
                      _tokens(r.input_tokens), _tokens(r.output_tokens),
                      cost_text(r.cost(prices)), f"{r.duration_s:.1f} s",
                      printable(run_ref(r.path, r.run_id))])
