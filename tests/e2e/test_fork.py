@@ -440,3 +440,42 @@ def test_a_fork_from_a_point_that_is_not_a_checkpoint_says_so(
                         f"openai={live.url}/v1", "-o", str(tmp_path / "f.wtape"), cwd=tmp_path)
     assert (f"wiretape fork: note: --from 2 is not a checkpoint of {p_id(tangled)} (its "
             "checkpoints: 0)") in done.stderr, done.stderr
+
+
+def test_a_live_exchange_cut_mid_answer_is_named_in_the_summary(
+        parent: tuple[Path, Path], tmp_path: Path) -> None:
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def serve() -> None:  # every request: half an answer, then the connection is cut
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                seen = b""
+                while b"\r\n\r\n" not in seen:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    seen += chunk
+                if seen:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: 1000\r\n\r\n{\"id\": ")
+
+    threading.Thread(target=serve, daemon=True).start()
+    _, run = parent
+    try:
+        done = wiretape("fork", str(run), "--from", "1", "--upstream",
+                        f"openai=http://127.0.0.1:{port}/v1", "-o", str(tmp_path / "f.wtape"),
+                        cwd=tmp_path)
+    finally:
+        server.close()
+    lines = [line for line in done.stderr.splitlines()
+             if line.startswith("wiretape fork: live exchange #1 ")]
+    assert len(lines) == 1 and "#1 origin_" in lines[0], done.stderr

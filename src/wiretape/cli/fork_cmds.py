@@ -173,6 +173,8 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
         for line in _stopped_lines(result):
             _say(line)
         sys.exit(EXIT_DIVERGED)
+    for failure in result.failures:
+        _say(f"wiretape fork: live exchange {printable(failure)}")
     unreachable = _unreachable_line(result)
     if unreachable is not None:
         _say(unreachable)
@@ -316,6 +318,9 @@ def compare(run: str, upto: int, models: str, verify: str, jobs: int, upstreams:
         if r.stopped is not None:
             _say(f"wiretape compare: {printable(r.live_model or '?')}: "
                  + _stopped_lines(r)[0].removeprefix("wiretape fork: "))
+        for failure in r.failures:
+            _say(f"wiretape compare: {printable(r.live_model or '?')}: live exchange "
+                 f"{printable(failure)}")
         unreachable = _unreachable_line(r)
         if unreachable is not None:
             _say(unreachable)

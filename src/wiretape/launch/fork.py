@@ -150,6 +150,9 @@ class ForkResult:
     verify_timed_out: bool = False
     #: the parent's checkpoints, when ``upto`` is not one of them (None: it is)
     checkpoints: list[int] | None = None
+    #: live exchanges that did not complete, as a recording reports them
+    #: (``#SEQ ENDING: error``)
+    failures: list[str] = field(default_factory=list)
 
     def cost(self, prices: PriceTable) -> float | None:
         """US dollars for the live tokens at ``live_model``'s price, or None."""
@@ -166,7 +169,7 @@ class ForkResult:
                 "verify_status": self.verify_status, "verify_output": self.verify_output,
                 "not_rewritten": self.not_rewritten, "explanation": self.explanation,
                 "verify_timed_out": self.verify_timed_out,
-                "from_checkpoint": self.checkpoints is None}
+                "from_checkpoint": self.checkpoints is None, "failures": self.failures}
 
 
 async def fork(parent_path: Path, settings: ForkSettings, *,
@@ -359,7 +362,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                           unreachable, input_tokens, output_tokens,
                           time.monotonic() - t0, verify_status, verify_output, explanation,
                           engine.stats.not_rewritten, verify_timed_out,
-                          None if upto in points else points)
+                          None if upto in points else points, list(recorder.stats.failures))
     raise AssertionError("unreachable")  # (the stack above always returns or raises)
 
 
