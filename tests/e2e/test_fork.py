@@ -479,3 +479,15 @@ def test_a_live_exchange_cut_mid_answer_is_named_in_the_summary(
     lines = [line for line in done.stderr.splitlines()
              if line.startswith("wiretape fork: live exchange #1 ")]
     assert len(lines) == 1 and "#1 origin_" in lines[0], done.stderr
+
+
+def test_a_fork_whose_agent_asks_less_than_n_says_it_is_not_a_fork_from_n(
+        parent: tuple[Path, Path], tmp_path: Path) -> None:
+    project, run = parent
+    with FakeProvider([], models=fork_models()) as live:
+        done = wiretape("fork", str(run), "--from", "2", "--upstream", f"openai={live.url}/v1",
+                        "-o", str(tmp_path / "f.wtape"), "--json", "--", "true", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["short"] is True
+    assert ("wiretape fork: WARNING: only 0 of the 2 exchanges before --from 2 were served "
+            "from the recording") in done.stderr

@@ -126,3 +126,18 @@ def test_the_reports_fork_table_says_interrupted_and_names_each_verify_that_diff
     same = forks_table([summary("run_a", 1, "pytest -q"), summary("run_b", 0, "pytest -q")],
                        prices)
     assert same.count("pytest -q") == 1 and "verify: <code>pytest -q</code>" in same
+
+
+def test_compare_marks_the_row_of_a_fork_that_served_less_than_n() -> None:
+    from wiretape.cli.fork_cmds import compare_rows
+    from wiretape.inspect.prices import PriceTable
+    from wiretape.launch.fork import ForkResult
+
+    def result(replayed: int) -> ForkResult:
+        return ForkResult(f"run_{replayed}", Path(f"run_{replayed}.wtape"), "run_p", 2, "m",
+                          "m", replayed, 1, 1, None, None, [], 1, 1, 1.0, 0)
+
+    prices = PriceTable.with_overrides({}, None)
+    short, full = compare_rows([result(1), result(2)], prices)
+    assert short[1:3] == ["pass (0) (short)", "interrupted"]
+    assert full[1] == "pass (0)"

@@ -76,6 +76,13 @@ def _price_notes(results: list[ForkResult], prices: PriceTable) -> list[str]:
     return notes
 
 
+def short_text(result: ForkResult) -> str:
+    """Why a fork that served fewer than N exchanges is not a fork from N."""
+    return (f"only {result.replayed} of the {result.upto} exchanges before --from "
+            f"{result.upto} were served from the recording: the agent ended, or asked "
+            "elsewhere, before the fork point, so this is not a fork from there")
+
+
 def checkpoint_note(result: ForkResult) -> str:
     """The note of a fork from an N that is not one of its parent's checkpoints."""
     points = " ".join(str(n) for n in result.checkpoints or [0])
@@ -173,6 +180,8 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
         for line in _stopped_lines(result):
             _say(line)
         sys.exit(EXIT_DIVERGED)
+    if result.short:
+        _say(f"wiretape fork: WARNING: {short_text(result)}")
     for failure in result.failures:
         _say(f"wiretape fork: live exchange {printable(failure)}")
     unreachable = _unreachable_line(result)
@@ -217,6 +226,8 @@ def compare_rows(results: list[ForkResult], prices: PriceTable) -> list[list[str
             verify = "FAIL (timeout)"
         else:
             verify = f"{'pass' if r.verify_status == 0 else 'FAIL'} ({r.verify_status})"
+        if r.short:
+            verify += " (short)"
         rows.append([printable(r.live_model or "?"), verify,
                      "interrupted" if r.exit_status is None else str(r.exit_status), str(r.live),
                      _tokens(r.input_tokens), _tokens(r.output_tokens),
@@ -318,6 +329,9 @@ def compare(run: str, upto: int, models: str, verify: str, jobs: int, upstreams:
         if r.stopped is not None:
             _say(f"wiretape compare: {printable(r.live_model or '?')}: "
                  + _stopped_lines(r)[0].removeprefix("wiretape fork: "))
+        if r.short:
+            _say(f"wiretape compare: {printable(r.live_model or '?')}: (short) "
+                 + short_text(r))
         for failure in r.failures:
             _say(f"wiretape compare: {printable(r.live_model or '?')}: live exchange "
                  f"{printable(failure)}")

@@ -154,6 +154,13 @@ class ForkResult:
     #: (``#SEQ ENDING: error``)
     failures: list[str] = field(default_factory=list)
 
+    @property
+    def short(self) -> bool:
+        """Fewer than ``upto`` exchanges were served from the parent though
+        nothing stopped the fork: the agent ended, or asked elsewhere,
+        before the fork point, so this is not a fork from ``upto``."""
+        return self.stopped is None and self.replayed < self.upto
+
     def cost(self, prices: PriceTable) -> float | None:
         """US dollars for the live tokens at ``live_model``'s price, or None."""
         return prices.cost(self.live_model, self.input_tokens, self.output_tokens)
@@ -169,7 +176,8 @@ class ForkResult:
                 "verify_status": self.verify_status, "verify_output": self.verify_output,
                 "not_rewritten": self.not_rewritten, "explanation": self.explanation,
                 "verify_timed_out": self.verify_timed_out,
-                "from_checkpoint": self.checkpoints is None, "failures": self.failures}
+                "from_checkpoint": self.checkpoints is None, "failures": self.failures,
+                "short": self.short}
 
 
 async def fork(parent_path: Path, settings: ForkSettings, *,
