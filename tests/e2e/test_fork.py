@@ -161,6 +161,9 @@ def test_compare_prints_one_pass_and_one_fail(parent: tuple[Path, Path],
     assert row.split()[:3] == [IDLE_MODEL, "FAIL", "(1)"]
     assert "—" in row and row.split()[-1].startswith("run_")
     assert "0 of 1 model passed verify" in table.stderr
+    assert (f"wiretape compare: {IDLE_MODEL}: verify failed with exit status 1 (it printed "
+            "nothing)") in table.stderr
+    assert f"wiretape compare: {IDLE_MODEL}: verify FAILED (exit status 1)" in table.stderr
     # The parent's report includes the comparison, read back from the forks' run files.
     reported = wiretape("report", str(run), "-o", str(tmp_path / "parent.html"), cwd=tmp_path)
     assert reported.returncode == 0, reported.stderr

@@ -141,3 +141,18 @@ def test_compare_marks_the_row_of_a_fork_that_served_less_than_n() -> None:
     short, full = compare_rows([result(1), result(2)], prices)
     assert short[1:3] == ["pass (0) (short)", "interrupted"]
     assert full[1] == "pass (0)"
+
+
+def test_a_failed_verify_is_explained_by_its_last_line_and_a_stopped_fork_is_not_done() -> None:
+    from dataclasses import replace
+
+    from wiretape.cli.fork_cmds import _ended, _verify_lines
+    from wiretape.launch.fork import ForkResult
+
+    missing = ForkResult("run_1", Path("run_1.wtape"), "run_p", 1, "m", "m", 1, 1, 1, 0, None,
+                         [], 1, 1, 1.0, 127, "sh: 1: pytset: not found\n\n")
+    assert _verify_lines(missing, 600) == [
+        "wiretape compare: m: verify failed with exit status 127: sh: 1: pytset: not found"]
+    stopped = replace(missing, stopped="diverged request POST /v1/chat/completions",
+                      verify_status=None)
+    assert _ended(stopped).startswith("stopped") and _verify_lines(stopped, 600) == []
