@@ -174,6 +174,14 @@ def test_compare_prints_one_pass_and_one_fail(parent: tuple[Path, Path],
         assert f'data-verify="{fork["verify_status"]}"' in row
         assert f'<td class="mono">{fork["model"]}</td>' in row
     assert f"${fixer['cost_usd']:.4f}" in page
+    # A bad [prices] entry is named, and the report is still written.
+    (tmp_path / "wiretape.toml").write_text('[prices]\n"fake-fixer" = { input = 1.0 }\n')
+    (tmp_path / "parent.html").unlink()
+    reported = wiretape("report", str(run), "-o", str(tmp_path / "parent.html"), cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    assert ("wiretape: note: the price of 'fake-fixer' in wiretape.toml has no output"
+            in reported.stderr)
+    assert (tmp_path / "parent.html").exists()
 
 
 def test_a_fork_whose_turn_before_n_diverges_stops_and_names_it(tmp_path: Path) -> None:

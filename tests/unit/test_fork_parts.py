@@ -48,10 +48,19 @@ def test_project_prices_override_the_table(tmp_path: Path) -> None:
     (tmp_path / "wiretape.toml").write_text(
         '[prices]\n"my-model" = { input = 0.5, output = 2 }\n')
     assert config.find(tmp_path).prices == (("my-model", (0.5, 2.0)),)
-    (tmp_path / "wiretape.toml").write_text('[prices]\n"my-model" = { input = "cheap" }\n')
-    with pytest.raises(UsageError, match=r"the price of 'my-model' in wiretape\.toml must give "
-                                         r"input and output"):
-        config.find(tmp_path)
+    for entry, wrong in [
+            ('{ input = "cheap" }', "has no output"),
+            ('{ input = "cheap", output = 1 }', "has input = 'cheap', not a number"),
+            ("{ input = 1, output = 1e308 }", "has output = 1e+308, not a price"),
+            ("{ input = -1, output = 1 }", "has input = -1, not a price"),
+            ("{ input = nan, output = 1 }", "has input = nan, not a price"),
+            ("{ input = 1, output = 1, cached = 0.1 }", "has an unknown key 'cached'"),
+            ("3", "is int 3, not a table")]:
+        (tmp_path / "wiretape.toml").write_text(f'[prices]\n"my-model" = {entry}\n')
+        with pytest.raises(UsageError) as caught:
+            config.find(tmp_path)
+        assert str(caught.value).startswith(f"the price of 'my-model' in wiretape.toml {wrong}")
+        assert "give input and output in US dollars per million tokens" in str(caught.value)
 
 
 def test_each_model_plays_its_own_script() -> None:

@@ -203,9 +203,17 @@ def report(run: str, out: Path | None) -> None:
         check_folder(out)  # before the run is read
     ov = _read(run, "reading")
     forks = forks_of(ov.info.run_id, [ov.path.parent, runs_dir()])
+    try:
+        prices = price_table()
+    except UsageError as exc:  # (a bad [prices] entry: the report is still written)
+        from wiretape.inspect.prices import PriceTable
+
+        prices = PriceTable.with_overrides({}, None)
+        click.echo(f"wiretape: note: {exc} (the report's costs use the built-in prices)",
+                   err=True)
     page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts,
                   {e.seq: e.messages for e in ov.exchanges if e.messages}, ov.mcp_calls,
-                  forks=forks, prices=price_table())
+                  forks=forks, prices=prices)
     target = out or Path(f"{ov.info.run_id}.html")
     write_whole(target, text_bytes(page))
     counts = (_count(len(ov.rows), "exchange"), _count(len(ov.ledger.entries), "tool call"),
