@@ -502,3 +502,29 @@ def test_a_fork_whose_agent_asks_less_than_n_says_it_is_not_a_fork_from_n(
     assert json.loads(done.stdout)["short"] is True
     assert ("wiretape fork: WARNING: only 0 of the 2 exchanges before --from 2 were served "
             "from the recording") in done.stderr
+
+
+def test_a_fork_says_which_folder_it_made_and_show_distrusts_a_hostile_fork_from(
+        parent: tuple[Path, Path], tmp_path: Path) -> None:
+    _, run = parent
+    out = tmp_path / "new" / "sub" / "f.wtape"
+    done = wiretape("fork", str(run), "--from", "3", "-o", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (f"wiretape fork: made the folder {tmp_path / 'new'} for the run file (it did not "
+            "exist)") in done.stderr
+    for hostile in ("99", "\u00b2"):  # beyond its 3 exchanges; a digit int() refuses
+        db = sqlite3.connect(out)
+        with db:
+            extra = json.loads(db.execute("SELECT value FROM meta WHERE key = 'extra'")
+                               .fetchone()[0])
+            extra["fork_from"] = hostile
+            db.execute("UPDATE meta SET value = ? WHERE key = 'extra'", (json.dumps(extra),))
+        db.close()
+        shown = wiretape("show", str(out), "--json", cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["fork"]["from"] is None
+        text = wiretape("show", str(out), cwd=tmp_path)
+        assert "some exchanges served from it" in text.stdout, text.stderr
+        reported = wiretape("report", str(out), "-o", str(tmp_path / "f.html"), cwd=tmp_path)
+        assert reported.returncode == 0, reported.stderr
+        assert "at a point its metadata does not give" in (tmp_path / "f.html").read_text()

@@ -174,6 +174,9 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
     _say(f"wiretape fork: {result.run_id} from {result.parent_id} at {upto}: "
          f"{result.replayed} exchange{'s' if result.replayed != 1 else ''} served from the "
          f"recording, {result.live} live{rewrite}")
+    if result.made_folder is not None:
+        _say(f"wiretape fork: made the folder {printable(str(result.made_folder))} for the run "
+             "file (it did not exist)")
     if result.checkpoints is not None:
         _say(checkpoint_note(result))
     if result.stopped is not None:

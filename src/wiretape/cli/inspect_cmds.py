@@ -86,24 +86,27 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
                      "unused": v.unused}
                     for v in ov.verdicts],
         "import_notes": json.loads(info.extra.get("import_notes", "[]")),
-        "fork": _fork_json(info.extra),
+        "fork": _fork_json(info.extra, len(ov.rows)),
         "checkpoints": list(ov.checkpoints),
     }
 
 
-def _fork_json(extra: dict[str, str]) -> dict[str, object] | None:
-    """A fork's parent, its ``--from`` and the model rewrite (None: not a fork)."""
+def _fork_json(extra: dict[str, str], exchanges: int) -> dict[str, object] | None:
+    """A fork's parent, its ``--from`` (None: not a count this run of
+    ``exchanges`` exchanges can hold) and the model rewrite (None: not a
+    fork)."""
+    from wiretape.inspect.forks import fork_from
+
     if "fork_parent" not in extra:
         return None
-    upto = extra.get("fork_from", "")
-    return {"parent": extra["fork_parent"], "from": int(upto) if upto.isdigit() else None,
+    return {"parent": extra["fork_parent"], "from": fork_from(extra, exchanges),
             "model": extra.get("fork_model") or None}
 
 
-def fork_line(extra: dict[str, str]) -> str | None:
+def fork_line(extra: dict[str, str], exchanges: int) -> str | None:
     """``forked from run_x: exchanges 0-0 served from it (exact), the rest
     live, model rewritten to M``; None for a run that is not a fork."""
-    fork = _fork_json(extra)
+    fork = _fork_json(extra, exchanges)
     if fork is None:
         return None
     upto = fork["from"]
@@ -157,7 +160,7 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
     import json  # (not loaded by --help)
     for note in json.loads(ov.info.extra.get("import_notes", "[]")):
         _echo(f"  import note: {printable(str(note))}")
-    said = fork_line(ov.info.extra)
+    said = fork_line(ov.info.extra, len(ov.rows))
     if said is not None:
         _echo(escaped(printable(said)))
     for line in table(text.timeline_rows(ov.rows), text.TIMELINE_HEADER):

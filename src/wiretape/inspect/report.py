@@ -434,18 +434,21 @@ def forks_table(forks: Sequence[ForkSummary], prices: PriceTable) -> str:
               "<th>run</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
-def fork_heading(info: RunInfo) -> str:
-    """For a fork: the run it was forked from, at which point, onto which
-    model (empty for a run that is not a fork)."""
+def fork_heading(info: RunInfo, exchanges: int) -> str:
+    """For a fork of ``exchanges`` exchanges: the run it was forked from,
+    at which point, onto which model (empty for a run that is not a fork)."""
+    from wiretape.inspect.forks import fork_from
+
     parent = info.extra.get("fork_parent")
     if not isinstance(parent, str) or not parent:
         return ""
-    upto = info.extra.get("fork_from", "?")
+    upto = fork_from(info.extra, exchanges)
+    after = ("at a point its metadata does not give" if upto is None else
+             f"after its first {upto} exchange{'' if upto == 1 else 's'}")
     model = info.extra.get("fork_model") or ""
     onto = f", the live requests' model rewritten to {model}" if model else ""
     return (f'<div class="muted" data-fork-parent="{_e(parent)}">forked from '
-            f'<span class="mono">{_e(parent)}</span> after its first {_e(upto)} '
-            f"exchange{'' if upto == '1' else 's'}{_e(onto)}</div>")
+            f'<span class="mono">{_e(parent)}</span> {_e(after)}{_e(onto)}</div>')
 
 
 def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
@@ -466,7 +469,7 @@ def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
     # it: the template itself holds none but newlines.
     return redact_str(printable(template.substitute(
         version=_e(__version__), title=_e(f"wiretape {info.run_id}"),
-        summary=summary(info, path, rows, ledger, verdicts) + fork_heading(info),
+        summary=summary(info, path, rows, ledger, verdicts) + fork_heading(info, len(rows)),
         waterfall=waterfall(rows, sessions),
         ledger=ledger_table(ledger, mcp_calls), conversation=conversation(rows, views, sessions),
         replays=replays(verdicts) + forks_table(forks, prices),

@@ -153,6 +153,8 @@ class ForkResult:
     #: live exchanges that did not complete, as a recording reports them
     #: (``#SEQ ENDING: error``)
     failures: list[str] = field(default_factory=list)
+    #: the first folder made for the run file (it did not exist), if any
+    made_folder: Path | None = None
 
     @property
     def short(self) -> bool:
@@ -265,6 +267,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
         if path.exists():
             raise RunFileError(path, "it already exists and is never overwritten; "
                                "choose another -o path", verb="write")
+        made_folder = _missing_folder(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
         rules = STANDARD.with_literals(secret_values(os.environ))
         # Whose command the fork runs: the parent's recorder's (so a replay
@@ -370,8 +373,18 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                           unreachable, input_tokens, output_tokens,
                           time.monotonic() - t0, verify_status, verify_output, explanation,
                           engine.stats.not_rewritten, verify_timed_out,
-                          None if upto in points else points, list(recorder.stats.failures))
+                          None if upto in points else points, list(recorder.stats.failures),
+                          made_folder)
     raise AssertionError("unreachable")  # (the stack above always returns or raises)
+
+
+def _missing_folder(folder: Path) -> Path | None:
+    """The outermost of ``folder`` and its parents that does not exist
+    (None: ``folder`` exists)."""
+    missing = None
+    while not folder.exists() and folder != folder.parent:
+        missing, folder = folder, folder.parent
+    return missing
 
 
 def _is_websocket(exchange: Exchange) -> bool:
