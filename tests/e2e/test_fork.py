@@ -528,3 +528,15 @@ def test_a_fork_says_which_folder_it_made_and_show_distrusts_a_hostile_fork_from
         reported = wiretape("report", str(out), "-o", str(tmp_path / "f.html"), cwd=tmp_path)
         assert reported.returncode == 0, reported.stderr
         assert "at a point its metadata does not give" in (tmp_path / "f.html").read_text()
+
+
+def test_fork_ends_a_verify_command_running_too_long(parent: tuple[Path, Path],
+                                                     tmp_path: Path) -> None:
+    _, run = parent
+    done = wiretape("fork", str(run), "--from", "3", "-o", str(tmp_path / "f.wtape"),
+                    "--verify", "sleep 300", "--verify-timeout", "0.5", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["verify_status"], result["verify_timed_out"]) == (124, True)
+    assert ("wiretape fork: verify exit status 124 (ended after 0.5 s: --verify-timeout)"
+            in done.stderr)

@@ -115,6 +115,9 @@ def _unreachable_line(result: ForkResult) -> str | None:
               help="Run file to write (default .wiretape/runs/<run-id>.wtape).")
 @click.option("--verify", default=None, metavar="CMD",
               help="Shell command run in the fork's sandbox after the agent exits.")
+@click.option("--verify-timeout", "verify_timeout", type=click.FloatRange(min=0, min_open=True),
+              default=600.0, show_default=True, metavar="SECONDS",
+              help="End the verify command (its whole process group) running longer.")
 @click.option("--json", "as_json", is_flag=True, help="The result as JSON on stdout.")
 @click.option("-y", "--yes", is_flag=True,
               help="Run the recorded command without asking, also of a run recorded by "
@@ -124,8 +127,8 @@ def _unreachable_line(result: ForkResult) -> str | None:
                    "(and may change them).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out: Path | None,
-         verify: str | None, as_json: bool, yes: bool, live_files: bool,
-         command: tuple[str, ...]) -> None:
+         verify: str | None, verify_timeout: float, as_json: bool, yes: bool,
+         live_files: bool, command: tuple[str, ...]) -> None:
     """Run RUN's agent again on its restored files: its first N model turns
     from the recording, byte for byte and offline, then a live model. The
     fork is a run of its own (show, replay, diff, fork it again).
@@ -159,7 +162,7 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
     settings = ForkSettings(upto, model=model, upstreams=tuple(parse_pairs(upstreams,
                                                                            "--upstream")),
                             out=out, verify=verify, argv=command or None, yes=True,
-                            live_files=live_files)
+                            live_files=live_files, verify_timeout_s=verify_timeout)
     prices = price_table()
     # With --json, stdout is the result's: the agent's output goes to stderr.
     result = asyncio.run(run_fork(path, settings,
@@ -197,7 +200,9 @@ def fork(run: str, upto: int, model: str | None, upstreams: tuple[str, ...], out
          f"{_tokens(result.input_tokens)} in, {_tokens(result.output_tokens)} out; cost "
          f"{cost_text(cost)}; {result.duration_s:.1f} s")
     if result.verify_status is not None:
-        _say(f"wiretape fork: verify exit status {result.verify_status}")
+        ended = (f" (ended after {verify_timeout:g} s: --verify-timeout)"
+                 if result.verify_timed_out else "")
+        _say(f"wiretape fork: verify exit status {result.verify_status}{ended}")
         if result.verify_status != 0:
             tail = result.verify_output.rstrip("\n").splitlines()[-VERIFY_TAIL_LINES:]
             for line in tail:
