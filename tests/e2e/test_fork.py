@@ -414,6 +414,16 @@ def test_model_is_refused_where_the_live_part_is_a_websocket_session(tmp_path: P
         "exchange #0 is a WebSocket session, whose model is named in the messages the agent "
         "sends (not rewritten); fork without --model, or from after the session"]
     assert empty.returncode == 2 and "--model is empty" in empty.stderr
+    # Served from the recording, the session is a fork's like any exchange.
+    out = tmp_path / "ws-fork.wtape"
+    served = wiretape("fork", str(run), "--from", "1", "-o", str(out), cwd=tmp_path)
+    assert served.returncode == 0, served.stderr
+    replayed = wiretape("replay", str(out), cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    with RunFile.open(run) as p, RunFile.open(out) as f:
+        [parent_session], [forked_session] = p.exchanges(), f.exchanges()
+    assert [m.payload for m in forked_session.messages] == [
+        m.payload for m in parent_session.messages]
 
 
 def test_a_forks_checkpoints_follow_its_own_serving_not_its_parents_times(

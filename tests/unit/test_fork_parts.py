@@ -165,3 +165,19 @@ def test_a_failed_verify_is_explained_by_its_last_line_and_a_stopped_fork_is_not
     stopped = replace(missing, stopped="diverged request POST /v1/chat/completions",
                       verify_status=None)
     assert _ended(stopped).startswith("stopped") and _verify_lines(stopped, 600) == []
+
+
+def test_a_served_copy_is_timed_as_served_its_offsets_scaled_in_order() -> None:
+    from wiretape.model import Ending, Exchange, Frame, Message, Opcode, Response
+    from wiretape.proxy.fork import served_copy
+
+    parent = Exchange(0, 1, "openai", 1_000, request(b"{}"),
+                      Response(200, b"OK", (), (Frame(100, b"a"), Frame(900, b"b"))),
+                      Ending.COMPLETE, 100, 1_000,
+                      messages=(Message("server", Opcode.TEXT, b"x", 500),))
+    copy = served_copy(parent, 5_000, 5_010)
+    assert (copy.started_at_ns, copy.duration_ns, copy.ttfb_ns) == (5_000, 10, 1)
+    assert copy.response is not None
+    assert [f.offset_ns for f in copy.response.frames] == [1, 9]
+    assert [m.offset_ns for m in copy.messages] == [5]
+    assert copy.response.body == b"ab" and copy.request == parent.request

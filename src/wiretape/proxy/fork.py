@@ -100,8 +100,8 @@ _SERVING: contextvars.ContextVar[list[tuple[Exchange, int]] | None] = contextvar
 def served_copy(exchange: Exchange, started_ns: int, ended_ns: int) -> Exchange:
     """``exchange`` (the parent's) as the fork served it: started at
     ``started_ns`` (epoch ns), lasting until ``ended_ns``, its time to the
-    first byte and its frames' offsets the parent's scaled into that span
-    (their order and proportions kept)."""
+    first byte and its frames' and WebSocket messages' offsets the
+    parent's scaled into that span (their order and proportions kept)."""
     took = max(0, ended_ns - started_ns)
     was = exchange.duration_ns
 
@@ -112,8 +112,10 @@ def served_copy(exchange: Exchange, started_ns: int, ended_ns: int) -> Exchange:
     if response is not None:
         response = replace(response, frames=tuple(Frame(scaled(f.offset_ns), f.data)
                                                   for f in response.frames))
+    messages = tuple(replace(m, offset_ns=scaled(m.offset_ns)) for m in exchange.messages)
     return replace(exchange, started_at_ns=started_ns, duration_ns=took, response=response,
-                   ttfb_ns=scaled(exchange.ttfb_ns) if exchange.ttfb_ns is not None else None)
+                   ttfb_ns=scaled(exchange.ttfb_ns) if exchange.ttfb_ns is not None else None,
+                   messages=messages)
 
 
 @dataclass
