@@ -367,12 +367,18 @@ def replay(
 
 def fork(run: str | os.PathLike[str], *, after: int, model: str | None = None,
          upstreams: Mapping[str, str] | None = None, out: str | os.PathLike[str] | None = None,
-         verify: str | None = None) -> ForkResult:
+         verify: str | None = None, argv: Sequence[str] | None = None, yes: bool = False,
+         live_files: bool = False) -> ForkResult:
     """Run ``run``'s agent again on its restored files: its first ``after``
     exchanges answered from the recording (each must match), the rest by
     the live origins (``upstreams``: origin name to URL, default the
     recorded ones), their model rewritten to ``model`` when given.
-    ``verify``: a shell command run in the sandbox afterwards.
+    ``verify``: a shell command run in the sandbox afterwards. ``argv``:
+    the command to run instead of the recorded one (in the current
+    directory). ``yes``: run the recorded command of a run recorded by
+    another user or on another host (else UsageError, as ``replay --yes``).
+    ``live_files``: fork a run with no snapshot, its agent running on the
+    live files (else UsageError).
 
         result = wiretape.fork("run_0123456789ab", after=1, model="gpt-4o")
         result.path, result.live, result.input_tokens, result.stopped
@@ -380,25 +386,40 @@ def fork(run: str | os.PathLike[str], *, after: int, model: str | None = None,
     The fork is a run file of its own (``result.path``). A request before
     ``after`` that does not match stops the fork: ``result.stopped`` says
     which, ``result.explanation`` how it differed. Returns the ForkResult.
-    Raises RunNotFound, RunFileError, UsageError (``after`` beyond the
-    recording, no upstream reachable), CommandNotFound, PortInUse."""
-    from wiretape.launch.fork import ForkSettings
+    Raises TypeError (``after`` not an int, ``argv`` a string), RunNotFound,
+    RunFileError, UsageError (``after`` negative or beyond the recording,
+    no upstream reachable, someone else's command without ``yes``, no
+    snapshot without ``live_files``), CommandNotFound, PortInUse."""
+    from wiretape.launch.fork import ForkSettings, check_upto
     from wiretape.launch.fork import fork as run_fork
 
+    check_upto(after)
+    if isinstance(argv, (str, bytes)):
+        raise TypeError("argv must be a list of strings, e.g. ['python', 'agent.py']")
     settings = ForkSettings(after, model=model, upstreams=tuple((upstreams or {}).items()),
-                            out=Path(out) if out is not None else None, verify=verify)
+                            out=Path(out) if out is not None else None, verify=verify,
+                            argv=tuple(argv) if argv else None, yes=yes, live_files=live_files)
     return _run_sync("fork", run_fork(run_path(run), settings, echo_stdout=io.BytesIO(),
                                       echo_stderr=io.BytesIO()))
 
 
 def compare(run: str | os.PathLike[str], *, after: int, models: Sequence[str], verify: str,
-            jobs: int = 1, upstreams: Mapping[str, str] | None = None) -> list[ForkResult]:
-    """One :func:`fork` per model of ``models``, each in its own sandbox on
-    free ports (``jobs`` at a time), ``verify`` run in each afterwards
-    (``result.verify_status`` 0: passed). Returns the results in the order
-    of ``models``. Raises as :func:`fork`."""
+            jobs: int = 1, upstreams: Mapping[str, str] | None = None, yes: bool = False,
+            verify_timeout: float | None = 600.0) -> list[ForkResult]:
+    """One :func:`fork` per model of ``models`` (a list of names: a string
+    is refused), each in its own sandbox on free ports (``jobs`` at a
+    time), ``verify`` run in each afterwards (``result.verify_status`` 0:
+    passed; ended after ``verify_timeout`` seconds, None: no limit).
+    Returns the results in the order of ``models``. Raises TypeError
+    (``models`` a string, ``after`` not an int), UsageError (no model, a
+    model named twice, ``after`` negative, a run with no snapshot, someone
+    else's command without ``yes``), and as :func:`fork`."""
+    from wiretape.launch.fork import check_models, check_upto
     from wiretape.launch.fork import compare as run_compare
 
-    return _run_sync("compare", run_compare(run_path(run), after, list(models), verify,
+    check_upto(after)
+    names = check_models(models)
+    return _run_sync("compare", run_compare(run_path(run), after, names, verify,
                                             jobs=jobs,
-                                            upstreams=tuple((upstreams or {}).items())))
+                                            upstreams=tuple((upstreams or {}).items()),
+                                            yes=yes, verify_timeout_s=verify_timeout))

@@ -86,28 +86,32 @@ def _show_json(ov: RunOverview, seq: int | None, frames: bool) -> dict[str, obje
                      "unused": v.unused}
                     for v in ov.verdicts],
         "import_notes": json.loads(info.extra.get("import_notes", "[]")),
-        "fork": _fork_json(info.extra),
+        "fork": _fork_json(info.extra, len(ov.rows)),
         "checkpoints": list(ov.checkpoints),
     }
 
 
-def _fork_json(extra: dict[str, str]) -> dict[str, object] | None:
-    """A fork's parent, its ``--from`` and the model rewrite (None: not a fork)."""
+def _fork_json(extra: dict[str, str], exchanges: int) -> dict[str, object] | None:
+    """A fork's parent, its ``--from`` (None: not a count this run of
+    ``exchanges`` exchanges can hold) and the model rewrite (None: not a
+    fork)."""
+    from wiretape.inspect.forks import fork_from
+
     if "fork_parent" not in extra:
         return None
-    upto = extra.get("fork_from", "")
-    return {"parent": extra["fork_parent"], "from": int(upto) if upto.isdigit() else None,
+    return {"parent": extra["fork_parent"], "from": fork_from(extra, exchanges),
             "model": extra.get("fork_model") or None}
 
 
-def fork_line(extra: dict[str, str]) -> str | None:
+def fork_line(extra: dict[str, str], exchanges: int) -> str | None:
     """``forked from run_x: exchanges 0-0 served from it (exact), the rest
     live, model rewritten to M``; None for a run that is not a fork."""
-    fork = _fork_json(extra)
+    fork = _fork_json(extra, exchanges)
     if fork is None:
         return None
     upto = fork["from"]
     served = ("none served from it" if upto == 0 else
+              "exchange #0 served from it" if upto == 1 else
               f"exchanges #0-#{int(str(upto)) - 1} served from it" if isinstance(upto, int)
               else "some exchanges served from it")
     model = (f", the live requests' model rewritten to {fork['model']}" if fork["model"]
@@ -156,7 +160,7 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
     import json  # (not loaded by --help)
     for note in json.loads(ov.info.extra.get("import_notes", "[]")):
         _echo(f"  import note: {printable(str(note))}")
-    said = fork_line(ov.info.extra)
+    said = fork_line(ov.info.extra, len(ov.rows))
     if said is not None:
         _echo(escaped(printable(said)))
     for line in table(text.timeline_rows(ov.rows), text.TIMELINE_HEADER):
@@ -167,7 +171,9 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
     for line in [*text.ledger_lines(ov.ledger, escaped.style, ov.mcp_calls),
                  *text.mcp_call_lines(ov.mcp_calls, escaped.style)]:
         _echo(escaped(line))
-    _echo(f"checkpoints (wiretape fork {printable(ov.info.run_id)} --from N): "
+    from wiretape.store.locate import run_ref
+
+    _echo(f"checkpoints (wiretape fork {printable(run_ref(ov.path, ov.info.run_id))} --from N): "
           + " ".join(str(n) for n in ov.checkpoints))
     if ov.verdicts:
         _echo(click.style(f"replays: {len(ov.verdicts)}", bold=True))
@@ -200,9 +206,17 @@ def report(run: str, out: Path | None) -> None:
         check_folder(out)  # before the run is read
     ov = _read(run, "reading")
     forks = forks_of(ov.info.run_id, [ov.path.parent, runs_dir()])
+    try:
+        prices = price_table()
+    except UsageError as exc:  # (a bad [prices] entry: the report is still written)
+        from wiretape.inspect.prices import PriceTable
+
+        prices = PriceTable.with_overrides({}, None)
+        click.echo(f"wiretape: note: {exc} (the report's costs use the built-in prices)",
+                   err=True)
     page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts,
                   {e.seq: e.messages for e in ov.exchanges if e.messages}, ov.mcp_calls,
-                  forks=forks, prices=price_table())
+                  forks=forks, prices=prices)
     target = out or Path(f"{ov.info.run_id}.html")
     write_whole(target, text_bytes(page))
     counts = (_count(len(ov.rows), "exchange"), _count(len(ov.ledger.entries), "tool call"),

@@ -21,6 +21,7 @@ import click
 from wiretape import __version__
 from wiretape.cli import fork_cmds, inspect_cmds, render, secrets_cmds
 from wiretape.cli.check_cmd import check
+from wiretape.cli.confirm import confirm_recorded_command
 from wiretape.errors import EXIT_NOT_SAVED, EXIT_USAGE, UsageError, WiretapeError
 from wiretape.limits import DEFAULT_MAX_BODY
 from wiretape.limits import DEFAULT_SNAPSHOT_MAX_BYTES as DEFAULT_SNAPSHOT_MAX
@@ -364,7 +365,7 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
                               outcome_ignore=outcome_ignore)
     path = resolve_run(run)
     if not command and not yes:
-        _confirm_recorded_command(path)
+        confirm_recorded_command(path)
     verdict = asyncio.run(do_replay(path, list(command) or None, settings,
                                     on_listening=_served()))
     _say(render.verdict_line(verdict))
@@ -376,33 +377,6 @@ def replay(run: str, strict: bool, diagnostic: bool, pace: str, substitutes: tup
     if as_json:
         click.echo(render.verdict_json(verdict))
     sys.exit(verdict.exit_code)
-
-
-def _confirm_recorded_command(path: Path) -> None:
-    """A run recorded by someone else, or elsewhere: show its command and
-    ask before running it; with no terminal to ask on, refuse (UsageError)."""
-    from wiretape.launch.trust import recorded_elsewhere
-    from wiretape.store.runfile import RunFile
-
-    with RunFile.open(path) as rf:
-        elsewhere = recorded_elsewhere(rf.info())
-    if elsewhere is None:
-        return
-    shown = render.command_line(elsewhere.argv)
-    where = render.printable(elsewhere.cwd)
-    if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        raise UsageError(
-            f"run {elsewhere.run_id} was recorded {elsewhere.who()}, not here: its command "
-            f"({shown}, in {where}) is not run without asking; pass --yes to run it, or give "
-            "the command to run after --")
-    _say(render.printable(f"wiretape: run {elsewhere.run_id} was recorded {elsewhere.who()}, "
-                          "not by you here."))
-    _say(f"wiretape: replaying it runs its recorded command in {where}, against files "
-         "restored from the run (they come from the run, not from you):")
-    _say(f"    {shown}")
-    if not click.confirm("Run this command?", default=False, err=True):
-        _say("wiretape: not replayed (give the command to run after --, or pass --yes)")
-        sys.exit(EXIT_USAGE)
 
 
 @cli.command()

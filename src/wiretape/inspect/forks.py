@@ -4,7 +4,8 @@ the run files beside the parent, never stored in it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,25 @@ class ForkSummary:
         return prices.cost(self.model, self.input_tokens, self.output_tokens)
 
 
+def fork_from(extra: Mapping[str, str], exchanges: int) -> int | None:
+    """A fork's ``fork_from`` (its metadata's N) as a number of exchanges,
+    or None when it is not one this run can hold: not plain ASCII digits,
+    or more than its ``exchanges`` (a run file's metadata is read, not
+    trusted)."""
+    text = extra.get("fork_from", "")
+    if not (isinstance(text, str) and text.isascii() and text.isdigit()):
+        return None
+    n = int(text)
+    return n if n <= exchanges else None
+
+
+def _status(text: str | None) -> int | None:
+    """A stored exit status (``-9``, ``0``), or None when it is not one."""
+    if text is None or re.fullmatch(r"-?[0-9]{1,9}", text) is None:
+        return None
+    return int(text)
+
+
 def forks_of(run_id: str, folders: Sequence[Path]) -> list[ForkSummary]:
     """The forks of run ``run_id`` among the run files (``*.wtape``) in
     ``folders``, oldest first. A file that cannot be read is passed over
@@ -67,9 +87,9 @@ def forks_of(run_id: str, folders: Sequence[Path]) -> list[ForkSummary]:
                     info = run.info()
                     if info.extra.get("fork_parent") != run_id or info.run_id in found:
                         continue
-                    upto_text = info.extra.get("fork_from", "0")
-                    upto = int(upto_text) if upto_text.isdigit() else 0
-                    live = [e for e in run.exchanges() if e.seq >= upto]
+                    exchanges = run.exchanges()
+                    upto = fork_from(info.extra, len(exchanges)) or 0
+                    live = [e for e in exchanges if e.seq >= upto]
             except (WiretapeError, OSError):
                 continue
             tokens_in, tokens_out = usage_of(live)
@@ -79,7 +99,7 @@ def forks_of(run_id: str, folders: Sequence[Path]) -> list[ForkSummary]:
             found[info.run_id] = ForkSummary(
                 info.run_id, path, upto, model, len(live), info.exit_status, tokens_in,
                 tokens_out, info.extra.get("fork_verify"),
-                int(status) if status is not None and status.lstrip("-").isdigit() else None,
+                _status(status),
                 (info.ended_at_ns - info.started_at_ns) / 1e9
                 if info.ended_at_ns and info.started_at_ns else None)
             started[info.run_id] = info.started_at_ns

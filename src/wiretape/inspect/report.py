@@ -398,31 +398,57 @@ def replays(verdicts: Sequence[Verdict]) -> str:
 
 
 def forks_table(forks: Sequence[ForkSummary], prices: PriceTable) -> str:
-    """The run's forks as one comparison table (empty: no section)."""
+    """The run's forks as one comparison table (empty: no section). One
+    verify command is named above the table; different ones, each in its
+    row. An agent with no exit status (its fork was interrupted) shows
+    "interrupted"."""
     if not forks:
         return ""
+    commands = sorted({f.verify for f in forks if f.verify})
     rows = []
     for f in forks:
+        own = (f'<div class="muted mono">{_e(f.verify)}</div>'
+               if len(commands) > 1 and f.verify else "")
         if f.verify_status is None:
-            verify = '<td class="muted">-</td>'
+            verify = f'<td class="muted">-{own}</td>'
         else:
             word = "pass" if f.verify_status == 0 else "fail"
             verify = (f'<td data-verify="{f.verify_status}"><span class="badge {word}">'
-                      f'{word.upper()}</span> ({f.verify_status})</td>')
+                      f'{word.upper()}</span> ({f.verify_status}){own}</td>')
         tokens = ["—" if n is None else str(n) for n in (f.input_tokens, f.output_tokens)]
         wall = "-" if f.duration_s is None else f"{f.duration_s:.1f} s"
+        agent = ('<td class="muted">interrupted</td>' if f.exit_status is None
+                 else f"<td>{_e(f.exit_status)}</td>")
         rows.append(f'<tr data-fork="{_e(f.run_id)}"><td class="mono">{_e(f.model or "?")}</td>'
-                    f"{verify}<td>{_e(f.exit_status)}</td><td>{f.upto}</td><td>{f.live}</td>"
+                    f"{verify}{agent}<td>{f.upto}</td><td>{f.live}</td>"
                     f"<td>{tokens[0]}</td><td>{tokens[1]}</td>"
                     f"<td>{_e(cost_text(f.cost(prices)))}</td><td>{_e(wall)}</td>"
                     f'<td class="mono">{_e(f.run_id)}</td></tr>')
-    commands = sorted({f.verify for f in forks if f.verify})
-    said = (f'<div class="muted">verify: <code>{_e("; ".join(commands))}</code></div>'
+    said = (f'<div class="muted">verify: <code>{_e(commands[0])}</code></div>'
+            if len(commands) == 1 else
+            '<div class="muted">verify: the commands differ; each is under its status</div>'
             if commands else "")
     return ('<h2 id="forks">Forks</h2>' + said
             + "<table><thead><tr><th>model</th><th>verify</th><th>agent exit</th><th>from</th>"
               "<th>live</th><th>tokens in</th><th>tokens out</th><th>cost</th><th>wall</th>"
               "<th>run</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def fork_heading(info: RunInfo, exchanges: int) -> str:
+    """For a fork of ``exchanges`` exchanges: the run it was forked from,
+    at which point, onto which model (empty for a run that is not a fork)."""
+    from wiretape.inspect.forks import fork_from
+
+    parent = info.extra.get("fork_parent")
+    if not isinstance(parent, str) or not parent:
+        return ""
+    upto = fork_from(info.extra, exchanges)
+    after = ("at a point its metadata does not give" if upto is None else
+             f"after its first {upto} exchange{'' if upto == 1 else 's'}")
+    model = info.extra.get("fork_model") or ""
+    onto = f", the live requests' model rewritten to {model}" if model else ""
+    return (f'<div class="muted" data-fork-parent="{_e(parent)}">forked from '
+            f'<span class="mono">{_e(parent)}</span> {_e(after)}{_e(onto)}</div>')
 
 
 def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
@@ -443,7 +469,8 @@ def render(info: RunInfo, path: str, rows: Sequence[TimelineRow],
     # it: the template itself holds none but newlines.
     return redact_str(printable(template.substitute(
         version=_e(__version__), title=_e(f"wiretape {info.run_id}"),
-        summary=summary(info, path, rows, ledger, verdicts), waterfall=waterfall(rows, sessions),
+        summary=summary(info, path, rows, ledger, verdicts) + fork_heading(info, len(rows)),
+        waterfall=waterfall(rows, sessions),
         ledger=ledger_table(ledger, mcp_calls), conversation=conversation(rows, views, sessions),
         replays=replays(verdicts) + forks_table(forks, prices),
         footer=_e(f"wiretape {__version__} · run {info.run_id} · report written "

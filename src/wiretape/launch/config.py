@@ -14,6 +14,7 @@ means no settings. TOML is read with :mod:`tomllib` (TOML 1.0).
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,9 @@ from wiretape.matching.correspond import parse_allowances
 
 #: The keys a project may set.
 KEYS = ("allow", "outcome-ignore", "prices")
+#: The largest price accepted, US dollars per million tokens (a bound that
+#: keeps every cost finite).
+MAX_PRICE = 1e9
 
 
 @dataclass(frozen=True)
@@ -90,14 +94,32 @@ def _prices(value: object, where: str) -> tuple[tuple[str, tuple[float, float]],
         raise UsageError(f"prices in {where} must be a table, {example}")
     out = []
     for model, price in value.items():
-        ok = (isinstance(price, dict) and set(price) == {"input", "output"}
-              and all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
-                      for v in price.values()))
-        if not ok:
-            raise UsageError(f"the price of {model!r} in {where} must give input and output "
-                             f"in US dollars per million tokens, {example}")
+        wrong = _price_fault(price)
+        if wrong is not None:
+            raise UsageError(f"the price of {model!r} in {where} {wrong}: give input and "
+                             f"output in US dollars per million tokens, {example}")
+        assert isinstance(price, dict)
         out.append((str(model), (float(price["input"]), float(price["output"]))))
     return tuple(out)
+
+
+def _price_fault(price: object) -> str | None:
+    """What is wrong with one ``[prices]`` entry (None: nothing)."""
+    if not isinstance(price, dict):
+        return f"is {type(price).__name__} {price!r}, not a table"
+    missing = sorted({"input", "output"} - set(price))
+    if missing:
+        return f"has no {missing[0]}"
+    extra = sorted(set(price) - {"input", "output"})
+    if extra:
+        return f"has an unknown key {extra[0]!r}"
+    for key in ("input", "output"):
+        v = price[key]
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            return f"has {key} = {v!r}, not a number"
+        if not math.isfinite(v) or v < 0 or v > MAX_PRICE:
+            return (f"has {key} = {v!r}, not a price (a number from 0 to {MAX_PRICE:g})")
+    return None
 
 
 def _strings(value: object, key: str, where: str) -> list[str]:

@@ -25,6 +25,7 @@ import contextlib
 import io
 import os
 import re
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from urllib.parse import urlsplit
 
 from wiretape import __version__
 from wiretape.errors import Interrupted, PortInUse, RunFileError, UsageError
+from wiretape.inspect.checkpoints import checkpoints
 from wiretape.inspect.forks import usage_of
 from wiretape.inspect.formats import read_exchange
 from wiretape.inspect.prices import PriceTable
@@ -49,7 +51,15 @@ from wiretape.launch.replay import (
     recorded_span,
 )
 from wiretape.launch.sandbox import Sandbox, sweep_stale
-from wiretape.model import Ending, Exchange, ExplanationJSON, Origin, Redaction, RunInfo
+from wiretape.model import (
+    Ending,
+    Exchange,
+    ExplanationJSON,
+    Origin,
+    Redaction,
+    RunInfo,
+    header_values,
+)
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.playback.decide import Mode, Policy
 from wiretape.proxy.fork import Fork
@@ -60,7 +70,7 @@ from wiretape.redaction import STANDARD, Facts, Rules, secret_values
 from wiretape.scrub.places import redact_entry, rules_redactor, unique
 from wiretape.snapshot.tree import compare as compare_trees
 from wiretape.snapshot.tree import walk
-from wiretape.store.locate import new_run_id, runs_dir, store_paths
+from wiretape.store.locate import new_run_id, run_ref, runs_dir, store_paths
 from wiretape.store.runfile import RunFile
 
 #: Seconds a connection to an upstream may take when it is checked before
@@ -68,6 +78,11 @@ from wiretape.store.runfile import RunFile
 REACH_TIMEOUT_S = 5.0
 #: Bytes of a verify command's output kept (its end).
 VERIFY_OUTPUT_MAX = 4000
+#: Seconds a verify command may run by default (``--verify-timeout``).
+VERIFY_TIMEOUT_S = 600.0
+#: The verify status recorded when it was ended for running too long
+#: (as timeout(1) reports it).
+VERIFY_TIMEOUT_STATUS = 124
 
 
 @dataclass(frozen=True)
@@ -77,7 +92,13 @@ class ForkSettings:
     (None: as the agent asks); ``upstreams``: (origin name, URL) overrides
     of the recorded upstreams; ``any_port``: listen on free ports rather
     than the recorded ones (parallel forks); ``verify``: a shell command run
-    in the sandbox copy of the agent's working directory after it exits."""
+    in the sandbox copy of the agent's working directory after it exits;
+    ``argv``: the command to run instead of the recorded one (in the
+    current directory, as ``replay -- CMD``); ``yes``: run the recorded
+    command of a run recorded by another user or on another host (else
+    UsageError, ``wiretape.launch.trust``); ``live_files``: fork a run with
+    no snapshot, its agent then running on the live files (else
+    UsageError)."""
 
     upto: int
     model: str | None = None
@@ -87,6 +108,11 @@ class ForkSettings:
     verify: str | None = None
     same_paths: bool | None = None
     upstream_options: UpstreamOptions = field(default_factory=UpstreamOptions)
+    argv: tuple[str, ...] | None = None
+    yes: bool = False
+    live_files: bool = False
+    #: seconds the verify command may run (None: no limit)
+    verify_timeout_s: float | None = VERIFY_TIMEOUT_S
 
 
 @dataclass
@@ -120,6 +146,22 @@ class ForkResult:
     explanation: ExplanationJSON | None = None
     #: live requests that named no model where the rewrite looks (sent as they came)
     not_rewritten: int = 0
+    #: the verify command was ended for running too long (its status 124)
+    verify_timed_out: bool = False
+    #: the parent's checkpoints, when ``upto`` is not one of them (None: it is)
+    checkpoints: list[int] | None = None
+    #: live exchanges that did not complete, as a recording reports them
+    #: (``#SEQ ENDING: error``)
+    failures: list[str] = field(default_factory=list)
+    #: the first folder made for the run file (it did not exist), if any
+    made_folder: Path | None = None
+
+    @property
+    def short(self) -> bool:
+        """Fewer than ``upto`` exchanges were served from the parent though
+        nothing stopped the fork: the agent ended, or asked elsewhere,
+        before the fork point, so this is not a fork from ``upto``."""
+        return self.stopped is None and self.replayed < self.upto
 
     def cost(self, prices: PriceTable) -> float | None:
         """US dollars for the live tokens at ``live_model``'s price, or None."""
@@ -134,7 +176,10 @@ class ForkResult:
                 "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
                 "cost_usd": self.cost(prices), "wall_s": round(self.duration_s, 3),
                 "verify_status": self.verify_status, "verify_output": self.verify_output,
-                "not_rewritten": self.not_rewritten, "explanation": self.explanation}
+                "not_rewritten": self.not_rewritten, "explanation": self.explanation,
+                "verify_timed_out": self.verify_timed_out,
+                "from_checkpoint": self.checkpoints is None, "failures": self.failures,
+                "short": self.short}
 
 
 async def fork(parent_path: Path, settings: ForkSettings, *,
@@ -183,18 +228,33 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
             raise UsageError(f"run {info.run_id} was recorded with --intercept: a fork serves "
                              "base URLs only, so its agent would reach the providers past it; "
                              "record the agent with base URLs (--upstream) to fork it")
+        own_command = bool(settings.argv)
+        if not own_command and not settings.yes:
+            elsewhere = trust.recorded_elsewhere(info)
+            if elsewhere is not None:
+                raise UsageError(
+                    f"run {info.run_id} was recorded {elsewhere.who()}, not here: its command "
+                    f"({' '.join(elsewhere.argv)}, in {elsewhere.cwd}) is not run without "
+                    "asking; pass --yes (from Python: yes=True) to run it, or give the "
+                    "command to run after -- (argv=[...])")
         exchanges = sorted(parent.exchanges(), key=lambda e: e.seq)
-        upto = settings.upto
+        upto = check_upto(settings.upto, "--from")
         if not 0 <= upto <= len(exchanges):
             raise UsageError(
                 f"--from {upto} is beyond run {info.run_id}: it has {len(exchanges)} "
                 f"exchange{'s' if len(exchanges) != 1 else ''}; give --from 0 to "
-                f"{len(exchanges)} (`wiretape show {info.run_id}` lists its checkpoints)")
+                f"{len(exchanges)} (`wiretape show {run_ref(parent_path, info.run_id)}` lists "
+                "its checkpoints)")
+        points = checkpoints(parent)
+        if settings.model is not None:
+            _check_rewritable(info.run_id, settings.model, exchanges[upto:])
         upstreams = _upstreams(info, settings.upstreams)
         await _check_reachable(upstreams, exchanges[upto:],
                                settings.upstream_options)
+        if not settings.live_files and not parent.snapshots():
+            raise UsageError(no_snapshot_message(info.run_id))
         command, sandbox, launch = _plan_replay(
-            stack, parent, parent_path, info, None,
+            stack, parent, parent_path, info, list(settings.argv or ()) or None,
             ReplaySettings(same_paths=settings.same_paths), cwd=None, serve_only=False)
         assert command is not None
         project = config.find(Path(info.cwd) if os.path.isdir(info.cwd) else Path.cwd())
@@ -207,12 +267,21 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
         if path.exists():
             raise RunFileError(path, "it already exists and is never overwritten; "
                                "choose another -o path", verb="write")
+        made_folder = _missing_folder(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
         rules = STANDARD.with_literals(secret_values(os.environ))
-        extra = {**trust.here(), "fork_parent": info.run_id, "fork_from": str(upto),
+        # Whose command the fork runs: the parent's recorder's (so a replay
+        # of the fork asks as a replay of its parent does), or, given one,
+        # the user's own here.
+        where = trust.here() if own_command else {
+            k: v for k in (trust.USER_KEY, trust.HOST_KEY)
+            if isinstance(v := info.extra.get(k), str)}
+        extra = {**where, "fork_parent": info.run_id, "fork_from": str(upto),
                  "fork_model": settings.model or ""}
-        fork_info = RunInfo(run_id=run_id, wiretape_version=__version__, argv=info.argv,
-                            cwd=info.cwd, env_names=info.env_names, origins=info.origins,
+        fork_info = RunInfo(run_id=run_id, wiretape_version=__version__,
+                            argv=tuple(command) if own_command else info.argv,
+                            cwd=launch.cwd if own_command else info.cwd,
+                            env_names=info.env_names, origins=info.origins,
                             started_at_ns=time.time_ns(), mode="record", extra=extra,
                             allow=info.allow, credential_env=info.credential_env)
         run = _create_run(path, fork_info)
@@ -282,15 +351,16 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
         run.add_redactions(unique(found.items))
         if sandbox is not None:
             _store_outcome(run, sandbox, snapshot_ids, rules, path)
-        verify_status, verify_output = None, ""
+        verify_status, verify_output, verify_timed_out = None, "", False
         if settings.verify is not None:
-            verify_status, verify_output = await _verify(settings.verify, launch.isolation,
-                                                         sandbox, cwd)
+            verify_status, verify_output, verify_timed_out = await _verify(
+                settings.verify, launch.isolation, sandbox, cwd, settings.verify_timeout_s)
             run.add_extra({"fork_verify": settings.verify,
                            "fork_verify_status": str(verify_status)})
         live = [e for e in run.exchanges() if e.seq >= upto]
         input_tokens, output_tokens = usage_of(live)
-        live_model = settings.model or next(
+        # The rewrite's model only when it was sent; else what the agent named.
+        live_model = (settings.model if engine.stats.rewritten else None) or next(
             (m for m in (read_exchange(e).request.model for e in live) if m), None)
         unreachable = [(e.origin, e.error or e.ending.value) for e in live
                        if e.ending in (Ending.ORIGIN_UNREACHABLE, Ending.TIMEOUT)]
@@ -302,8 +372,50 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                           len(live), engine.stats.rewritten, result.exit_status, engine.stopped,
                           unreachable, input_tokens, output_tokens,
                           time.monotonic() - t0, verify_status, verify_output, explanation,
-                          engine.stats.not_rewritten)
+                          engine.stats.not_rewritten, verify_timed_out,
+                          None if upto in points else points, list(recorder.stats.failures),
+                          made_folder)
     raise AssertionError("unreachable")  # (the stack above always returns or raises)
+
+
+def _missing_folder(folder: Path) -> Path | None:
+    """The outermost of ``folder`` and its parents that does not exist
+    (None: ``folder`` exists)."""
+    missing = None
+    while not folder.exists() and folder != folder.parent:
+        missing, folder = folder, folder.parent
+    return missing
+
+
+def _is_websocket(exchange: Exchange) -> bool:
+    """An upgrade to WebSocket (RFC 6455 §4.1: ``Upgrade: websocket``)."""
+    return bool(exchange.messages) or any(
+        v.strip().lower() == b"websocket"
+        for v in header_values(exchange.request.headers, b"upgrade"))
+
+
+def _check_rewritable(run_id: str, model: str, live: Sequence[Exchange]) -> None:
+    """Refuse a ``--model`` the fork could not apply: an empty name, or a
+    live part that is a WebSocket session (its model is named in the
+    client's messages, which the rewrite does not change). Raises
+    UsageError."""
+    if not model.strip():
+        raise UsageError("--model is empty: give a model name, or leave --model out to send "
+                         "the live requests as the agent asks")
+    sessions = [e.seq for e in live if _is_websocket(e)]
+    if sessions:
+        raise UsageError(
+            f"--model cannot be applied to run {run_id} from there: its exchange "
+            f"#{sessions[0]} is a WebSocket session, whose model is named in the messages the "
+            "agent sends (not rewritten); fork without --model, or from after the session")
+
+
+def no_snapshot_message(run_id: str) -> str:
+    """Why a run with no snapshot is not forked, and what to do."""
+    return (f"run {run_id} has no snapshot of its files, so a fork's agent would run on "
+            "the live files (and change them): record it again with snapshots (without "
+            "--no-snapshot), or pass --live-files (from Python: live_files=True) to fork it "
+            "on the live files anyway")
 
 
 def _upstreams(info: RunInfo, overrides: Sequence[tuple[str, str]]) -> dict[str, str]:
@@ -397,10 +509,14 @@ def _store_outcome(run: RunFile, sandbox: Sandbox, ids: dict[int, int],
 
 
 async def _verify(command: str, isolation: isolate.Isolation | None, sandbox: Sandbox | None,
-                  cwd: str) -> tuple[int, str]:
+                  cwd: str, timeout_s: float | None = None) -> tuple[int, str, bool]:
     """Run ``command`` (``sh -c``) as the agent ran: in its sandbox, at the
-    original paths when the agent saw them there. Returns its exit status
-    and the end of its output (stdout and stderr together)."""
+    original paths when the agent saw them there. Returns its exit status,
+    the end of its output (stdout and stderr together), and whether it was
+    ended for running longer than ``timeout_s`` seconds (None: no limit;
+    its status is then :data:`VERIFY_TIMEOUT_STATUS`). Cancelled, or timed
+    out, its whole process group is killed (it runs in a session of its
+    own, so nothing it started is left running)."""
     argv = ["sh", "-c", command]
     env = dict(os.environ)
     start_in = cwd if sandbox is None else sandbox.map_path(cwd)
@@ -410,49 +526,167 @@ async def _verify(command: str, isolation: isolate.Isolation | None, sandbox: Sa
         argv = isolated.command(argv)
         env = {**env, **isolated.env}
         start_in = cwd if os.path.isdir(cwd) else start_in
+    timed_out = False
     try:
         process = await asyncio.create_subprocess_exec(
             *argv, cwd=start_in, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True)
-        output, _ = await process.communicate()
+        reading = asyncio.ensure_future(process.communicate())
+        try:
+            output, _ = await asyncio.wait_for(asyncio.shield(reading), timeout_s)
+        except TimeoutError:
+            timed_out = True
+            _kill_group(process.pid)
+            output, _ = await reading
+        except BaseException:
+            _kill_group(process.pid)
+            reading.cancel()
+            with contextlib.suppress(BaseException):
+                await process.wait()
+            raise
     finally:
         if isolated is not None:
             isolated.close()
     text = output.decode("utf-8", "replace")
-    return process.returncode if process.returncode is not None else -1, \
-        text[-VERIFY_OUTPUT_MAX:]
+    if timed_out:
+        return VERIFY_TIMEOUT_STATUS, text[-VERIFY_OUTPUT_MAX:], True
+    return (process.returncode if process.returncode is not None else -1,
+            text[-VERIFY_OUTPUT_MAX:], False)
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL to the process group ``pgid`` (gone already: nothing)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def check_models(models: object) -> list[str]:
+    """``models`` as a list of model names. Raises TypeError for a string
+    (one model is ``["name"]``) or a name that is not a string, UsageError
+    for none, an empty name, or a name given twice."""
+    if isinstance(models, (str, bytes)):
+        raise TypeError(f"models must be a list of model names, not a string ({models!r}): "
+                        f"for one model give [{models!r}]")
+    if not isinstance(models, Sequence) and not isinstance(models, (set, frozenset, tuple)):
+        raise TypeError(f"models must be a list of model names, not {type(models).__name__}")
+    names = list(models)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"models must be model names (strings); got {name!r}")
+        if not name.strip():
+            raise UsageError("models names an empty model: give each model's name")
+    if not names:
+        raise UsageError("--models needs at least one model, e.g. --models gpt-4o,gpt-4o-mini")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(f"models names {', '.join(twice)} more than once: give each model once")
+    return names
+
+
+def check_upto(upto: object, what: str = "after") -> int:
+    """``upto`` as a number of exchanges. Raises TypeError for a value that
+    is not an int, UsageError for a negative one."""
+    if isinstance(upto, bool) or not isinstance(upto, int):
+        raise TypeError(f"{what} must be a number of exchanges (an int), not "
+                        f"{type(upto).__name__} {upto!r}")
+    if upto < 0:
+        raise UsageError(f"{what} must be 0 or more (the number of exchanges served from the "
+                         f"recording); got {upto}")
+    return upto
+
+
+def check_parent(parent_path: Path, yes: bool, argv: Sequence[str] | None) -> None:
+    """What compare refuses before any fork starts: a run with no snapshot
+    (its forks would share, and change, the live files), and a recorded
+    command of someone else's without ``yes``. Raises UsageError."""
+    with RunFile.open(parent_path) as parent:
+        info = parent.info()
+        if not parent.snapshots():
+            raise UsageError(f"run {info.run_id} has no snapshot of its files, so compare's "
+                             "forks would all run on (and change) the same live files: record "
+                             "it again with snapshots (without --no-snapshot) to compare on it")
+    if not argv and not yes:
+        elsewhere = trust.recorded_elsewhere(info)
+        if elsewhere is not None:
+            raise UsageError(
+                f"run {info.run_id} was recorded {elsewhere.who()}, not here: its command "
+                f"({' '.join(elsewhere.argv)}, in {elsewhere.cwd}) is not run without asking; "
+                "pass --yes (from Python: yes=True) to run it")
 
 
 async def compare(parent_path: Path, upto: int, models: Sequence[str], verify: str, *,
                   jobs: int = 1, upstreams: tuple[tuple[str, str], ...] = (),
                   upstream_options: UpstreamOptions | None = None,
                   on_done: Callable[[ForkResult], None] | None = None,
-                  out_dir: Path | None = None) -> list[ForkResult]:
+                  on_start: Callable[[str], None] | None = None,
+                  out_dir: Path | None = None, yes: bool = False,
+                  argv: Sequence[str] | None = None,
+                  verify_timeout_s: float | None = VERIFY_TIMEOUT_S,
+                  handle_signals: bool = False) -> list[ForkResult]:
     """One fork per model of ``models`` from ``upto``, each in its own
     sandbox and on free ports, at most ``jobs`` at a time, ``verify`` run
-    in each sandbox after its agent exits; the run files go to ``out_dir``
-    as ``fork-MODEL-TIME.wtape`` (default: the runs folder, by run id). Returns the
-    results in the order of ``models``. Raises as :func:`fork` (the first
-    error met)."""
-    if not models:
-        raise UsageError("--models needs at least one model, e.g. --models gpt-4o,gpt-4o-mini")
+    in each sandbox after its agent exits (ended after ``verify_timeout_s``
+    seconds; None: no limit); the run files go to ``out_dir`` as
+    ``fork-MODEL-TIME.wtape`` (default: the runs folder, by run id).
+    ``on_start``/``on_done``: called with each fork's model as it starts,
+    with its result as it ends. ``handle_signals`` (the command line):
+    SIGINT and SIGTERM stop every fork and verify command, and end the
+    comparison with Interrupted. Returns the results in the order of
+    ``models``. Raises TypeError, UsageError (a run with no snapshot, a
+    recorded command of someone else's without ``yes``; bad ``models`` or
+    ``upto``), and as :func:`fork` (the first error met)."""
+    names = check_models(models)
+    upto = check_upto(upto, "--from")
+    check_parent(parent_path, yes, argv)
+    interrupts = Interrupts() if handle_signals else None
+    with interrupts or contextlib.nullcontext():
+        try:
+            return await _compare(parent_path, upto, names, verify, jobs, upstreams,
+                                  upstream_options or UpstreamOptions(), on_done, on_start,
+                                  out_dir, argv, verify_timeout_s)
+        except asyncio.CancelledError:
+            if interrupts is None or not interrupts.cancelled or interrupts.signum is None:
+                raise
+            interrupts.uncancel()
+            raise Interrupted(interrupts.signum, "during compare: its forks' agents and "
+                              "verify commands were stopped") from None
+
+
+async def _compare(parent_path: Path, upto: int, models: list[str], verify: str, jobs: int,
+                   upstreams: tuple[tuple[str, str], ...], options: UpstreamOptions,
+                   on_done: Callable[[ForkResult], None] | None,
+                   on_start: Callable[[str], None] | None, out_dir: Path | None,
+                   argv: Sequence[str] | None,
+                   verify_timeout_s: float | None) -> list[ForkResult]:
     gate = asyncio.Semaphore(max(1, jobs))
-    options = upstream_options or UpstreamOptions()
 
     async def one(model: str) -> ForkResult:
         async with gate:  # (the agents' output is kept in their runs, not echoed)
+            if on_start is not None:
+                on_start(model)
             name = re.sub(r"[^A-Za-z0-9._-]", "_", model)
             out = out_dir / f"fork-{name}-{time.strftime('%Y%m%d-%H%M%S')}.wtape" \
                 if out_dir is not None else None
             result = await fork(parent_path, ForkSettings(
                 upto, model=model, upstreams=upstreams, out=out, any_port=True, verify=verify,
-                upstream_options=options), echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO())
+                upstream_options=options, argv=tuple(argv) if argv else None, yes=True,
+                verify_timeout_s=verify_timeout_s),
+                echo_stdout=io.BytesIO(), echo_stderr=io.BytesIO())
         if on_done is not None:
             on_done(result)
         return result
 
-    return list(await asyncio.gather(*(one(m) for m in models)))
+    tasks = [asyncio.ensure_future(one(m)) for m in models]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        # One fork failed, or the comparison was cancelled: the others are
+        # stopped too (their agents and verify commands ended), not left running.
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
-__all__ = ["ForkResult", "ForkSettings", "compare", "fork"]
+__all__ = ["ForkResult", "ForkSettings", "check_models", "check_parent", "check_upto", "compare",
+           "fork"]

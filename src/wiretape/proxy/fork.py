@@ -6,9 +6,12 @@ over the parent's first ``upto`` exchanges (strict: each request must match,
 a divergence stops the fork with the replay's own explanation), and a
 :class:`~wiretape.proxy.record.Recorder` writing the fork's run file. Each
 exchange served from the parent is copied into that run file under its
-parent's sequence number (its bytes, timing and redaction facts the
-parent's, its start the moment the fork's agent asked for it), so the
-fork is a run like any other; the live exchanges follow it, numbered from
+parent's sequence number (its bytes and redaction facts the parent's, its
+timing as it was served in the fork: its start when the fork's agent asked
+for it, its duration until it was answered, the parent's frame pacing
+scaled into that time), so the fork is a run like any other, whose
+exchanges' times say what followed what (``inspect/checkpoints.py``); the
+live exchanges follow it, numbered from
 ``upto``.
 
 This module is the one place where the replay and recording sides meet
@@ -26,13 +29,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from wiretape.model import Exchange, Redaction, ReplayRow, Request, header_values
+from wiretape.model import Exchange, Frame, Redaction, ReplayRow, Request, header_values
 from wiretape.playback.decide import Kind, Policy
 from wiretape.proxy.http1 import ClientGone, Handler, Responder
 from wiretape.proxy.record import Recorder
@@ -85,6 +89,33 @@ def rewrite_model(request: Request, model: str) -> Request | None:
                   + request.target[segment.end(2):])
         return replace(request, target=target)
     return None
+
+
+#: The exchanges served from the parent while one request was handled
+#: (each with the moment it was asked for, ns): copied once it is answered.
+_SERVING: contextvars.ContextVar[list[tuple[Exchange, int]] | None] = contextvars.ContextVar(
+    "wiretape_fork_serving", default=None)
+
+
+def served_copy(exchange: Exchange, started_ns: int, ended_ns: int) -> Exchange:
+    """``exchange`` (the parent's) as the fork served it: started at
+    ``started_ns`` (epoch ns), lasting until ``ended_ns``, its time to the
+    first byte and its frames' and WebSocket messages' offsets the
+    parent's scaled into that span (their order and proportions kept)."""
+    took = max(0, ended_ns - started_ns)
+    was = exchange.duration_ns
+
+    def scaled(offset: int) -> int:
+        return min(took, offset * took // was) if was > 0 else 0
+
+    response = exchange.response
+    if response is not None:
+        response = replace(response, frames=tuple(Frame(scaled(f.offset_ns), f.data)
+                                                  for f in response.frames))
+    messages = tuple(replace(m, offset_ns=scaled(m.offset_ns)) for m in exchange.messages)
+    return replace(exchange, started_at_ns=started_ns, duration_ns=took, response=response,
+                   ttfb_ns=scaled(exchange.ttfb_ns) if exchange.ttfb_ns is not None else None,
+                   messages=messages)
 
 
 @dataclass
@@ -146,10 +177,17 @@ class Fork:
         self.stats.replayed.append(row["kind"])
         seq = row["seq"]
         if row["served"] and seq is not None and row["kind"] != Kind.DIVERGED.value:
-            # Its bytes are the parent's; its start is when the fork's agent asked.
-            served = replace(self._served[seq], started_at_ns=time.time_ns())
-            self._writes.append(self._writer.submit(
-                self._run.write_exchange, served, self._facts.get(seq, ())))
+            # Its bytes are the parent's; its times are taken around its serving.
+            serving = _SERVING.get()
+            if serving is not None:
+                serving.append((self._served[seq], time.time_ns()))
+            else:  # (decided outside a request's handling: timed as decided)
+                now = time.time_ns()
+                self._copy(served_copy(self._served[seq], now, now))
+
+    def _copy(self, exchange: Exchange) -> None:
+        self._writes.append(self._writer.submit(
+            self._run.write_exchange, exchange, self._facts.get(exchange.seq, ())))
 
     def close(self) -> None:
         """Let the copies still queued finish (the run file closes after)."""
@@ -198,7 +236,15 @@ class Fork:
                 return
             if self._routed < self._upto:
                 self._routed += 1
-                await replayed(conn, request)
+                serving: list[tuple[Exchange, int]] = []
+                token = _SERVING.set(serving)
+                try:
+                    await replayed(conn, request)
+                finally:
+                    _SERVING.reset(token)
+                    ended = time.time_ns()
+                    for exchange, asked in serving:
+                        self._copy(served_copy(exchange, asked, ended))
                 return
             if live is None:
                 assert self.recorder is not None

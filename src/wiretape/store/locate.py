@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 from pathlib import Path
 
 from wiretape.errors import RunNotFound
@@ -23,6 +24,20 @@ def runs_dir(base: Path | None = None) -> Path:
     """The default folder of run files: ``$WIRETAPE_HOME`` or ``./.wiretape``, plus ``runs``."""
     root = Path(os.environ.get("WIRETAPE_HOME", "")) if os.environ.get("WIRETAPE_HOME") else None
     return (root or (base or Path.cwd()) / DEFAULT_STORE) / "runs"
+
+
+def run_ref(path: Path, run_id: str) -> str:
+    """How to name the run at ``path`` (whose id is ``run_id``) on the
+    command line: its run id when it is ``<run-id>.wtape`` in the default
+    runs folder (where :func:`resolve_run` finds it by id), else its path
+    (quoted for a POSIX shell where needed)."""
+    try:
+        if (path.name == f"{run_id}.wtape" and _RUN_ID.match(run_id)
+                and path.resolve().parent == runs_dir().resolve()):
+            return run_id
+    except (OSError, RuntimeError):
+        pass
+    return shlex.quote(str(path))
 
 
 def replay_logs_dir() -> Path:
