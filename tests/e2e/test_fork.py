@@ -119,6 +119,7 @@ def p_id(run: Path) -> str:
         return r.info().run_id
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_show_lists_the_checkpoints(parent: tuple[Path, Path], tmp_path: Path) -> None:
     _, run = parent
     shown = wiretape("show", str(run), cwd=tmp_path)
@@ -129,6 +130,7 @@ def test_show_lists_the_checkpoints(parent: tuple[Path, Path], tmp_path: Path) -
         "checkpoints"] == [0, 1, 2, 3]
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_compare_prints_one_pass_and_one_fail(parent: tuple[Path, Path],
                                               tmp_path: Path) -> None:
     _, run = parent
@@ -184,6 +186,7 @@ def test_compare_prints_one_pass_and_one_fail(parent: tuple[Path, Path],
     assert (tmp_path / "parent.html").exists()
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_fork_whose_turn_before_n_diverges_stops_and_names_it(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     run = tmp_path / "parent.wtape"
@@ -227,6 +230,7 @@ def test_the_price_table_knows_dated_names_and_says_nothing_of_unknown_ones() ->
     assert table.cost("no-such-model", 1000, 500) is None
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_the_python_api_forks_a_run_at_its_end_offline(parent: tuple[Path, Path],
                                                        tmp_path: Path) -> None:
     import wiretape
@@ -251,6 +255,7 @@ def recorded_by(source: Path, target: Path, user: str, host: str) -> Path:
     return target
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_fork_and_compare_ask_before_running_someone_elses_command(
         parent: tuple[Path, Path], tmp_path: Path) -> None:
     _, run = parent
@@ -279,6 +284,7 @@ def test_fork_and_compare_ask_before_running_someone_elses_command(
     assert replayed.returncode == 2 and "recorded by mallory on evil" in replayed.stderr
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_command_after_dashes_is_run_instead_and_is_the_users_own(
         parent: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import wiretape as api
@@ -304,6 +310,7 @@ def test_a_command_after_dashes_is_run_instead_and_is_the_users_own(
     assert info.extra["recorded_user"] != "mallory"
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_run_with_no_snapshot_is_refused_unless_live_files(tmp_path: Path) -> None:
     import wiretape as api
     from wiretape.errors import UsageError
@@ -345,6 +352,7 @@ def gone(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_signal_during_compare_ends_the_verify_command_too(
         parent: tuple[Path, Path], tmp_path: Path, signum: int) -> None:
     _, run = parent
@@ -374,6 +382,7 @@ def test_a_signal_during_compare_ends_the_verify_command_too(
     assert leftovers == []
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_verify_command_running_too_long_is_ended(parent: tuple[Path, Path],
                                                      tmp_path: Path) -> None:
     _, run = parent
@@ -388,6 +397,7 @@ def test_a_verify_command_running_too_long_is_ended(parent: tuple[Path, Path],
             in done.stderr)
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_model_is_refused_where_the_live_part_is_a_websocket_session(tmp_path: Path) -> None:
     import wiretape as api
     from wiretape.errors import UsageError
@@ -426,6 +436,7 @@ def test_model_is_refused_where_the_live_part_is_a_websocket_session(tmp_path: P
         m.payload for m in parent_session.messages]
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_forks_checkpoints_follow_its_own_serving_not_its_parents_times(
         parent: tuple[Path, Path], tmp_path: Path) -> None:
     _, run = parent
@@ -447,6 +458,7 @@ def test_a_forks_checkpoints_follow_its_own_serving_not_its_parents_times(
     assert shown["checkpoints"] == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_fork_from_a_point_that_is_not_a_checkpoint_says_so(
         parent: tuple[Path, Path], tmp_path: Path) -> None:
     _, run = parent
@@ -463,6 +475,7 @@ def test_a_fork_from_a_point_that_is_not_a_checkpoint_says_so(
             "checkpoints: 0)") in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_live_exchange_cut_mid_answer_is_named_in_the_summary(
         parent: tuple[Path, Path], tmp_path: Path) -> None:
     import socket
@@ -502,6 +515,7 @@ def test_a_live_exchange_cut_mid_answer_is_named_in_the_summary(
     assert len(lines) == 1 and "#1 origin_" in lines[0], done.stderr
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_fork_whose_agent_asks_less_than_n_says_it_is_not_a_fork_from_n(
         parent: tuple[Path, Path], tmp_path: Path) -> None:
     project, run = parent
@@ -514,6 +528,7 @@ def test_a_fork_whose_agent_asks_less_than_n_says_it_is_not_a_fork_from_n(
             "from the recording") in done.stderr
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_fork_says_which_folder_it_made_and_show_distrusts_a_hostile_fork_from(
         parent: tuple[Path, Path], tmp_path: Path) -> None:
     _, run = parent
@@ -540,6 +555,7 @@ def test_a_fork_says_which_folder_it_made_and_show_distrusts_a_hostile_fork_from
         assert "at a point its metadata does not give" in (tmp_path / "f.html").read_text()
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_fork_ends_a_verify_command_running_too_long(parent: tuple[Path, Path],
                                                      tmp_path: Path) -> None:
     _, run = parent
