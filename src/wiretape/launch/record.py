@@ -549,6 +549,9 @@ async def _judge_record(session: _Recording) -> None:
     if session.reports is not None:
         await session.reports.settle()
     run, rules = session.run, session.rules
+    # A credential a tool sent in a header or query parameter is a secret
+    # in the agent's output too (it printed what the service echoed).
+    rules = rules.with_literals(session.recorder.echoed_secrets())
     facts = Facts()
     try:
         if session.connect is not None:

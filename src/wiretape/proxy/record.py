@@ -42,7 +42,13 @@ from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responde
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.spool import DEFAULT_SPOOL_AT, Gathered, Spool, may_spool
 from wiretape.proxy.websocket import is_upgrade
-from wiretape.redaction import STANDARD, Rules, redact_exchange, redact_request
+from wiretape.redaction import (
+    STANDARD,
+    Rules,
+    masked_values,
+    redact_exchange,
+    redact_request,
+)
 from wiretape.store.blobs import Packed, blob_hash
 from wiretape.store.runfile import RunFile
 
@@ -111,6 +117,14 @@ class Recorder:
         self.stats = RecordStats()
         #: the first failed write; once set, nothing more is forwarded or stored
         self.write_failure: RunFileWriteError | None = None
+        #: values of masked headers and query parameters met so far (label
+        #: by value): secrets wherever else the run meets them (its output)
+        self._echoed: dict[bytes, str] = {}
+
+    def echoed_secrets(self) -> list[tuple[str, bytes]]:
+        """(label, value) of every credential a recorded request carried in a
+        masked header or query parameter (``redaction.masked_values``)."""
+        return [(label, value) for value, label in list(self._echoed.items())]
 
     async def warm_up(self) -> None:
         """Make the first exchange as cheap as the next (the upstream
@@ -457,6 +471,8 @@ class Recorder:
             packed = packing.result()
         # (a spooled response: its headers; its parts are redacted already)
         stored, facts = redact_exchange(exchange, self._rules, redacted=(request, facts))
+        for label, value in masked_values(exchange.request, body=exchange.kind == "tool"):
+            self._echoed.setdefault(value, label)
         if body is None or body.spool is None:
             self._run.write_exchange(stored, facts, compress_later=True, request_digest=digest,
                                      request_packed=packed)
