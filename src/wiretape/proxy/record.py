@@ -28,7 +28,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -177,7 +177,17 @@ class Recorder:
         try:
             sent = self._rewrite(request) if self._rewrite is not None else request
             outgoing = upstream.build_request(root, host, sent, self._options.resolve)
-            origin_resp = await self._client.send(outgoing)
+            origin_resp, gone = await _unless_gone(conn, self._client.send(outgoing))
+            if origin_resp is None:
+                # The client left before the response's head: the request to
+                # the origin is cancelled (its connection released), and the
+                # exchange stored as the client saw it, unanswered.
+                await conn.abort()
+                self._schedule_store(Exchange(
+                    seq, connection_id, origin, wall, request, None, Ending.CLIENT_GONE, None,
+                    time.monotonic_ns() - t0, f"{gone} before the response's head arrived"),
+                    None, prepared)
+                return
         except (httpx.TimeoutException, httpx.TransportError, httpx.InvalidURL) as exc:
             ending = (
                 Ending.TIMEOUT
@@ -483,6 +493,30 @@ class Recorder:
                                          compress_later=True, request_digest=digest,
                                          request_packed=packed)
         return stored, staged.size
+
+
+async def _unless_gone(conn: Responder, sending: Awaitable[upstream.OriginResponse],
+                       ) -> tuple[upstream.OriginResponse | None, str]:
+    """The origin's response head, as ``sending`` gives it; or (None, why)
+    when the client abandons the request first (``Responder.client_gone``),
+    ``sending`` then cancelled. Raises what ``sending`` raises."""
+    send = asyncio.ensure_future(sending)
+    watch = asyncio.ensure_future(conn.client_gone())
+    try:
+        await asyncio.wait((send, watch), return_when=asyncio.FIRST_COMPLETED)
+        if send.done():
+            return send.result(), ""
+        send.cancel()
+        await asyncio.wait((send,))
+        if not send.cancelled() and send.exception() is None:  # (it completed meanwhile)
+            with contextlib.suppress(httpx.HTTPError):
+                await send.result().aclose()
+        return None, watch.result()
+    finally:
+        for task in (send, watch):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(send, watch, return_exceptions=True)
 
 
 def _spool_at_from_env() -> int:
