@@ -47,7 +47,7 @@ def test_plain_http_inside_a_tunnel_is_named(tmp_path: Path) -> None:
 
 def test_an_untrusted_tool_host_and_its_errors_are_its_own(
         tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:  # noqa: F811
-    ca, pem = upstream_ca
+    ca, _ = upstream_ca
     with PageServer(ca.server_context("docs.test")) as docs, PageServer() as plain:
         said = record(tmp_path, "--resolve", f"docs.test=127.0.0.1:{docs.port}",
                       "--resolve", f"plain.test=127.0.0.1:{plain.port}", "--", "sh", "-c",
