@@ -20,6 +20,7 @@ values become a fixed marker so a replay with another key still matches.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import itertools
@@ -100,7 +101,11 @@ def is_credential_field(name: str | bytes) -> bool:
     and none of its words says it is something else (``Sec-WebSocket-Key``,
     ``Idempotency-Key``, ``page_token``, ``token_type``). Whole words only:
     ``max_tokens``, ``input_tokens``, ``Content-Length`` are not."""
-    text = name.decode("latin-1") if isinstance(name, bytes) else name
+    return _is_credential_text(name.decode("latin-1") if isinstance(name, bytes) else name)
+
+
+@functools.lru_cache(maxsize=4096)  # (the same few names, on every exchange)
+def _is_credential_text(text: str) -> bool:
     if text.lower() in _CREDENTIAL_NAMES:
         return True
     words = _name_words(text)
@@ -777,10 +782,45 @@ def _redact_target(target: bytes, facts: Facts, rules: Rules = STANDARD) -> byte
     return redact_text(target, "target", rules, facts)[0]
 
 
-#: A JSON member with a string value, after ``{`` or ``,``: the name (plain
-#: characters only) and the value (escapes kept).
-_JSON_MEMBER = re.compile(
-    rb'([{,]\s*)"([A-Za-z0-9_.\-]{1,64})"(\s*:\s*)"((?:[^"\\]|\\.){1,4096})"')
+#: Where a credential-named JSON member with a string value may begin: its
+#: name's opening quote (a word of the name, then ``":"``). One search over a
+#: body (RE2 when installed: a model request of 1 MiB in about 2 ms).
+_MEMBER_START = (rb'(?i)"[A-Za-z0-9_.\-]{0,60}(?:key|token|secret|passw|pwd|auth|sig|credential)'
+                 rb'[A-Za-z0-9_.\-]{0,60}"\s*:\s*"')
+_member_start_re2 = _re2_search(_MEMBER_START)
+_member_start_re = re.compile(_MEMBER_START)
+
+#: A JSON member with a string value, at its name's opening quote: the name
+#: (plain characters only), what separates it from the value, the value
+#: (escapes kept).
+_MEMBER_AT = re.compile(
+    rb'"([A-Za-z0-9_.\-]{1,64})"(\s*:\s*)"([^"\\]{0,65536}(?:\\.[^"\\]{0,65536}){0,4096})"')
+
+
+def _secret_members(data: bytes) -> list[re.Match[bytes]]:
+    """The credential-named members (``_is_secret_member``) of a JSON text
+    that have a string value, each right after ``{`` or ``,``, in order."""
+    found: list[re.Match[bytes]] = []
+    pos = 0
+    while True:
+        if _member_start_re2 is not None:
+            start = _member_start_re2(data, pos)
+        else:
+            m = _member_start_re.search(data, pos)
+            start = -1 if m is None else m.start()
+        if start < 0:
+            return found
+        member = _MEMBER_AT.match(data, start)
+        before = start - 1
+        while before >= 0 and data[before] in b" \t\r\n":
+            before -= 1
+        if (member is not None and before >= 0 and data[before] in b"{,"
+                and _is_secret_member(member.group(1))):
+            found.append(member)
+            pos = member.end()
+        else:
+            pos = start + 1
+
 
 _FORM_TYPE = b"application/x-www-form-urlencoded"
 
@@ -798,17 +838,16 @@ def _redact_fields(data: bytes, location: str, facts: Facts, form: bool) -> byte
                 part = key + b"=" + _mask(len(value))
             parts.append(part)
         return b"&".join(parts)
-    if b'":' not in data and b'" :' not in data:
+    members = _secret_members(data) if b'":' in data or b'" :' in data else []
+    if not members:
         return data
-
-    def repl(m: re.Match[bytes]) -> bytes:
-        value = m.group(4)
-        if _is_mask(value) or not _is_secret_member(m.group(2)):
-            return m.group(0)
-        facts.add(location, m.group(2).decode("latin-1"), value)
-        return m.group(1) + b'"' + m.group(2) + b'"' + m.group(3) + b'"' + _mask(len(value)) + b'"'
-
-    return _JSON_MEMBER.sub(repl, data)
+    out = bytearray(data)
+    for m in members:
+        value = m.group(3)
+        if value and not _is_mask(value):
+            facts.add(location, m.group(1).decode("latin-1"), value)
+            out[m.start(3):m.end(3)] = _mask(len(value))
+    return bytes(out)
 
 
 #: A command-line argument that is a header (``-H 'X-Auth-Token: ...'``).
@@ -873,9 +912,8 @@ def masked_values(request: Request, body: bool = False) -> list[tuple[str, bytes
                 if eq and is_secret_param(_query_name(key)):
                     out.append((f"echo:{key.decode('latin-1')}", value))
         elif b'":' in plain or b'" :' in plain:
-            for m in _JSON_MEMBER.finditer(plain):
-                if _is_secret_member(m.group(2)):
-                    out.append((f"echo:{m.group(2).decode('latin-1')}", m.group(4)))
+            out += [(f"echo:{m.group(1).decode('latin-1')}", m.group(3))
+                    for m in _secret_members(plain)]
     return [(label, v) for label, v in out
             if v != REDACTED and not _is_mask(v)
             and plausible_secret(v.decode("utf-8", "surrogateescape"))]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from wiretape import redaction
 from wiretape.model import Ending, Exchange, Frame, Request, Response, RunInfo
 from wiretape.redaction import (
     REDACTED,
@@ -175,3 +176,14 @@ def test_scan_finds_a_tool_credential_an_older_recording_left(tmp_path: Path) ->
 ])
 def test_a_command_line_argument_is_redacted_as_what_it_may_be(arg: str, stored: str) -> None:
     assert redact_argument(arg, "argv") == stored
+
+
+def test_json_members_are_found_the_same_without_re2(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = (b'{"a": {"x": 1, "apiKey":"k-0123456789abc"}, "q": "say \\"token\\": \\"no\\"", '
+            b'"token" : "t-0123456789", "tokens": "12", "key": "user:7"}')
+    request = Request(b"POST", b"/s", ((b"Content-Type", b"application/json"),), body)
+    with_re2 = redact_request(request)[0].body
+    monkeypatch.setattr(redaction, "_member_start_re2", None)
+    assert redact_request(request)[0].body == with_re2 == (
+        b'{"a": {"x": 1, "apiKey":"<redacted*****>"}, "q": "say \\"token\\": \\"no\\"", '
+        b'"token" : "<redacted**>", "tokens": "12", "key": "user:7"}')
