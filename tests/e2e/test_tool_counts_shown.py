@@ -51,6 +51,8 @@ def test_show_exchange_prints_a_tool_exchanges_http(
     command = ["sh", "-c", AGENT, str(CURL_PROVIDER)]
     run, rec, _ = record_with_tools(tmp_path, upstream_ca, command)
     assert rec.returncode == 0, explain(rec)
+    heading = wiretape(["show", str(run)], tmp_path).stdout.decode().splitlines()
+    assert "  tool hosts (--tools): http://search.test:8080, https://docs.test" in heading
     shown = wiretape(["show", str(run), "--exchange", "1"], tmp_path)
     assert shown.returncode == 0, explain(shown)
     lines = shown.stdout.decode().splitlines()

@@ -52,9 +52,14 @@ def _tokens(row: TimelineRow) -> str:
            f"{row.output_tokens if row.output_tokens is not None else '?'}"
 
 
-def run_heading(info: RunInfo, path: str) -> list[str]:
-    """The run's identity; an imported run says where it came from."""
+def run_heading(info: RunInfo, path: str, exchanges: Sequence[Exchange] = ()) -> list[str]:
+    """The run's identity; an imported run says where it came from; the
+    hosts of its tool exchanges (``--tools``), when it has some."""
     lines = render.run_heading(info, path)
+    tools = sorted({e.origin.removeprefix(TOOL_ORIGIN_PREFIX) for e in exchanges
+                    if e.kind == "tool"})
+    if tools:
+        lines.append(f"  tool hosts (--tools): {_p(', '.join(tools))}")
     if info.mode == "import":
         lines[1] = f"  command: none (imported from {_p(info.extra.get('imported_from', '?'))}; " \
                    "replay it with the command after --)"
