@@ -1004,18 +1004,16 @@ def redact_exchange(exchange: Exchange, rules: Rules = STANDARD, *,
                     ) -> tuple[Exchange, list[Redaction]]:
     """The exchange as it is stored: request, response and error text
     redacted. ``redacted``: the request already redacted (and its facts),
-    as :func:`redact_request` gave it. The values of the request's masked
-    headers and query parameters (a tool's request: its credential body
-    fields too) that look like secrets are masked wherever else the
-    exchange has them (``echo:NAME``: a service that echoes a token back).
+    as :func:`redact_request` gave it. A tool exchange's (``tool:``
+    origin): the values of its request's masked headers, query parameters
+    and credential body fields that look like secrets are masked wherever
+    else the exchange has them (``echo:NAME``: a service that echoes a
+    token back).
     CPU work (a coded body is undone
     and done again): the recorder calls it off the event loop."""
     request, facts = redacted or redact_request(exchange.request, rules)
-    echoed = [(label, v) for label, v in masked_values(exchange.request,
-                                                       body=exchange.kind == "tool")
-              if redact_text(v, "", rules)[0] == v]  # (not masked by the rules already)
-    if echoed:
-        rules = rules.with_literals(echoed)
+    if exchange.kind == "tool":  # (a provider's key has a known shape, or is the env's)
+        rules = _with_echoed(rules, tuple(masked_values(exchange.request, body=True)))
     response = exchange.response
     if response is not None:
         response, more = redact_response(response, rules)
@@ -1029,6 +1027,27 @@ def redact_exchange(exchange: Exchange, rules: Rules = STANDARD, *,
         facts = facts + more
     return replace(exchange, request=request, response=response, error=error,
                    messages=messages), facts
+
+
+#: Rules with a request's echoed values added, by (rules, values): a tool
+#: sends the same key on every request (rules are compiled once for it).
+_ECHOED: dict[tuple[int, tuple[tuple[str, bytes], ...]], tuple[Rules, Rules]] = {}
+
+
+def _with_echoed(rules: Rules, values: tuple[tuple[str, bytes], ...]) -> Rules:
+    """``rules`` plus those of ``values`` they do not mask already."""
+    if not values:
+        return rules
+    key = (id(rules), values)
+    known = _ECHOED.get(key)
+    if known is not None and known[0] is rules:
+        return known[1]
+    more = rules.with_literals((label, v) for label, v in values
+                               if redact_text(v, "", rules)[0] == v)
+    if len(_ECHOED) >= 256:
+        _ECHOED.clear()
+    _ECHOED[key] = (rules, more)
+    return more
 
 
 def redact_messages(messages: Sequence[Message], rules: Rules = STANDARD,
