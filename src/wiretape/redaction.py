@@ -20,9 +20,12 @@ values become a fixed marker so a replay with another key still matches.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
+import itertools
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -54,8 +57,83 @@ SECRET_HEADERS: frozenset[bytes] = frozenset(
     }
 )
 
-#: Query parameters whose values are secrets (Gemini accepts ``?key=``).
+#: Query parameters whose values are secrets (Gemini accepts ``?key=``);
+#: any other credential-named one is too (:func:`is_credential_field`).
 SECRET_QUERY_PARAMS: frozenset[bytes] = frozenset({b"key", b"api_key"})
+
+#: The words of a header, parameter or member name (split at ``-``, ``_``,
+#: ``.`` and camelCase: ``X-Amz-Security-Token``, ``apiKey``, ``client_secret``).
+_NAME_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+#: A word that makes a name a credential's name (whole words only: never
+#: ``tokens`` as in ``max_tokens``, nor ``keyboard``).
+_CREDENTIAL_WORDS = frozenset({
+    "key", "apikey", "token", "secret", "password", "passwd", "passphrase", "pwd",
+    "credential", "credentials", "signature", "auth", "authorization",
+    "accesstoken", "authtoken", "apitoken", "accesskey", "secretkey", "privatekey",
+    "clientsecret", "sessiontoken", "refreshtoken", "idtoken", "subscriptionkey",
+})
+
+#: A word that makes a credential-looking name something else: a WebSocket
+#: handshake's nonce, an idempotency key, a page cursor, a token count or
+#: type, a public key.
+_NOT_CREDENTIAL_WORDS = frozenset({
+    "websocket", "idempotency", "page", "cursor", "continuation", "next", "sync",
+    "public", "publishable", "type", "method", "mode", "scheme", "length", "count",
+    "limit", "max", "usage", "expires", "expiry", "ttl",
+})
+
+#: Names that are credentials only as a whole name (``?sig=`` of a shared
+#: access signature).
+_CREDENTIAL_NAMES = frozenset({"sig"})
+
+
+def _name_words(name: str) -> list[str]:
+    return [w.lower() for w in _NAME_WORD.findall(name)]
+
+
+def is_credential_field(name: str | bytes) -> bool:
+    """Whether a header, query parameter, form field or JSON member called
+    ``name`` carries a credential: one of its words (split at ``-``, ``_``,
+    ``.`` and camelCase) is ``key``, ``token``, ``secret``, ``password``,
+    ``passwd``, ``signature``, ``auth``, ``credential(s)`` or such a word run
+    together (``apikey``, ``accessToken``), or the whole name is ``sig``;
+    and none of its words says it is something else (``Sec-WebSocket-Key``,
+    ``Idempotency-Key``, ``page_token``, ``token_type``). Whole words only:
+    ``max_tokens``, ``input_tokens``, ``Content-Length`` are not."""
+    return _is_credential_text(name.decode("latin-1") if isinstance(name, bytes) else name)
+
+
+@functools.lru_cache(maxsize=4096)  # (the same few names, on every exchange)
+def _is_credential_text(text: str) -> bool:
+    if text.lower() in _CREDENTIAL_NAMES:
+        return True
+    words = _name_words(text)
+    # (``api_key``, ``access-token``, ``WebSocket``: two words that make one)
+    words += [a + b for a, b in itertools.pairwise(words)]
+    if any(w in _NOT_CREDENTIAL_WORDS for w in words):
+        return False
+    return any(w in _CREDENTIAL_WORDS for w in words)
+
+
+def is_secret_header(name: bytes) -> bool:
+    """Whether a header's value is a secret: one of :data:`SECRET_HEADERS`
+    or a credential-named one (``X-Subscription-Token``,
+    ``Ocp-Apim-Subscription-Key``, ``X-Amz-Security-Token``)."""
+    return name.lower() in SECRET_HEADERS or is_credential_field(name)
+
+
+def is_secret_param(name: bytes) -> bool:
+    """Whether a query parameter's or form field's value is a secret: one
+    of :data:`SECRET_QUERY_PARAMS` or a credential-named one
+    (``access_token``, ``apiKey``, ``X-Amz-Signature``, ``sig``)."""
+    return name.lower() in SECRET_QUERY_PARAMS or is_credential_field(name)
+
+
+def _is_secret_member(name: bytes) -> bool:
+    """A JSON member whose string value is a secret: credential-named, but
+    not a bare ``key`` (a key-value store's key, a sort key)."""
+    return name.lower() != b"key" and is_credential_field(name)
 
 #: Known secret shapes, looked for in every text: (label, pattern).
 KEY_SHAPES: tuple[tuple[str, re.Pattern[bytes]], ...] = (
@@ -673,15 +751,21 @@ def _redact_headers(headers: Headers, location: str, facts: Facts,
                     rules: Rules = STANDARD) -> Headers:
     out = []
     for name, value in headers:
-        if name.lower() in SECRET_HEADERS and value.rsplit(b" ", 1)[-1] != REDACTED:
+        secret_header = is_secret_header(name)
+        if secret_header and value.rsplit(b" ", 1)[-1] != REDACTED:
             secret = value.split(b" ", 1)[1] if value.lower().startswith(b"bearer ") else value
             facts.add(location, name.decode("latin-1"), secret)
             scheme = value.split(b" ", 1)[0] + b" " if b" " in value.strip() else b""
             value = scheme + REDACTED if name.lower().endswith(b"authorization") else REDACTED
-        elif name.lower() not in SECRET_HEADERS:
+        elif not secret_header:
             value = redact_text(value, location, rules, facts)[0]
         out.append((name, value))
     return tuple(out)
+
+
+def _query_name(raw: bytes) -> bytes:
+    """A query parameter's or form field's name, percent-decoded."""
+    return urllib.parse.unquote_to_bytes(raw.replace(b"+", b" "))
 
 
 def _redact_target(target: bytes, facts: Facts, rules: Rules = STANDARD) -> bytes:
@@ -690,12 +774,149 @@ def _redact_target(target: bytes, facts: Facts, rules: Rules = STANDARD) -> byte
         parts = []
         for part in query.split(b"&"):
             key, eq, value = part.partition(b"=")
-            if eq and key.lower() in SECRET_QUERY_PARAMS and value and value != REDACTED:
+            if eq and value and value != REDACTED and is_secret_param(_query_name(key)):
                 facts.add("query", key.decode("latin-1"), value)
                 part = key + b"=" + REDACTED
             parts.append(part)
         target = path + b"?" + b"&".join(parts)
     return redact_text(target, "target", rules, facts)[0]
+
+
+#: Where a credential-named JSON member with a string value may begin: its
+#: name's opening quote (a word of the name, then ``":"``). One search over a
+#: body (RE2 when installed: a model request of 1 MiB in about 2 ms).
+_MEMBER_START = (rb'(?i)"[A-Za-z0-9_.\-]{0,60}(?:key|token|secret|passw|pwd|auth|sig|credential)'
+                 rb'[A-Za-z0-9_.\-]{0,60}"\s*:\s*"')
+_member_start_re2 = _re2_search(_MEMBER_START)
+_member_start_re = re.compile(_MEMBER_START)
+
+#: A JSON member with a string value, at its name's opening quote: the name
+#: (plain characters only), what separates it from the value, the value
+#: (escapes kept).
+_MEMBER_AT = re.compile(
+    rb'"([A-Za-z0-9_.\-]{1,64})"(\s*:\s*)"([^"\\]{0,65536}(?:\\.[^"\\]{0,65536}){0,4096})"')
+
+
+def _secret_members(data: bytes) -> list[re.Match[bytes]]:
+    """The credential-named members (``_is_secret_member``) of a JSON text
+    that have a string value, each right after ``{`` or ``,``, in order."""
+    found: list[re.Match[bytes]] = []
+    pos = 0
+    while True:
+        if _member_start_re2 is not None:
+            start = _member_start_re2(data, pos)
+        else:
+            m = _member_start_re.search(data, pos)
+            start = -1 if m is None else m.start()
+        if start < 0:
+            return found
+        member = _MEMBER_AT.match(data, start)
+        before = start - 1
+        while before >= 0 and data[before] in b" \t\r\n":
+            before -= 1
+        if (member is not None and before >= 0 and data[before] in b"{,"
+                and _is_secret_member(member.group(1))):
+            found.append(member)
+            pos = member.end()
+        else:
+            pos = start + 1
+
+
+_FORM_TYPE = b"application/x-www-form-urlencoded"
+
+
+def _redact_fields(data: bytes, location: str, facts: Facts, form: bool) -> bytes:
+    """A request body's credential-named fields masked, each value by a mask
+    of its length: members of a JSON text (``{"api_key": "..."}``) and, in
+    a form (``form``), fields (``password=...``)."""
+    if form:
+        parts = []
+        for part in data.split(b"&"):
+            key, eq, value = part.partition(b"=")
+            if eq and value and not _is_mask(value) and is_secret_param(_query_name(key)):
+                facts.add(location, key.decode("latin-1"), value)
+                part = key + b"=" + _mask(len(value))
+            parts.append(part)
+        return b"&".join(parts)
+    members = _secret_members(data) if b'":' in data or b'" :' in data else []
+    if not members:
+        return data
+    out = bytearray(data)
+    for m in members:
+        value = m.group(3)
+        if value and not _is_mask(value):
+            facts.add(location, m.group(1).decode("latin-1"), value)
+            out[m.start(3):m.end(3)] = _mask(len(value))
+    return bytes(out)
+
+
+#: A command-line argument that is a header (``-H 'X-Auth-Token: ...'``).
+_HEADER_ARGUMENT = re.compile(rb"\A(\s*([A-Za-z0-9_\-]{1,64})\s*:\s*)(\S.*?)\s*\Z", re.S)
+
+
+def redact_argument(arg: str, location: str, rules: Rules = STANDARD,
+                    facts: Facts | None = None) -> str:
+    """A command-line argument redacted as text (:func:`redact_str`), then as
+    what it may be: a secret header (``X-Subscription-Token: ...``, as
+    ``curl -H`` takes it), a URL with credential query parameters
+    (``...?access_token=...``), a JSON text or a form with credential-named
+    fields (``curl --data``). Each value becomes a mask of its length."""
+    facts = facts if facts is not None else Facts()
+    arg = redact_str(arg, location, rules, facts)  # (the shapes first: their findings stay)
+    data = arg.encode("utf-8", "surrogateescape")
+    header = _HEADER_ARGUMENT.match(data)
+    if header is not None and not header.group(2).isdigit() and is_secret_header(
+            header.group(2)) and not _is_mask(header.group(3)):
+        value = header.group(3)
+        facts.add(location, header.group(2).decode("latin-1"), value)
+        data = header.group(1) + _mask(len(value))
+    elif data.lstrip().startswith((b"{", b"[")):
+        data = _redact_fields(data, location, facts, form=False)
+    elif b"=" in data and not any(c in data for c in b" \t\n"):
+        head, mark, query = data.rpartition(b"?")
+        data = head + mark + _redact_fields(query, location, facts, form=True)
+    return data.decode("utf-8", "surrogateescape")
+
+
+#: Largest request body whose credential fields :func:`masked_values` reads
+#: (a tool's request; bytes).
+_FIELDS_MAX = 256 * 1024
+
+
+def masked_values(request: Request, body: bool = False) -> list[tuple[str, bytes]]:
+    """The values of ``request``'s secret headers and query parameters (and,
+    ``body``, of its body's credential fields, a body of up to 256 KiB) that
+    look like secrets (:func:`plausible_secret`), each labelled
+    ``echo:NAME``: what to look for as literals in the rest of its exchange
+    (a service that echoes a token back) and in the run's output."""
+    out = []
+    for name, value in request.headers:
+        if is_secret_header(name):
+            secret = value.strip().rsplit(b" ", 1)[-1]
+            out.append((f"echo:{name.decode('latin-1')}", secret))
+    if b"?" in request.target:
+        for part in request.target.split(b"?", 1)[1].split(b"&"):
+            key, eq, value = part.partition(b"=")
+            if eq and is_secret_param(_query_name(key)):
+                out.append((f"echo:{key.decode('latin-1')}", value))
+                decoded = urllib.parse.unquote_to_bytes(value)
+                if decoded != value:
+                    out.append((f"echo:{key.decode('latin-1')}", decoded))
+    if body and request.body and len(request.body) <= _FIELDS_MAX:
+        plain = _plain(request)
+        form = any(v.split(b";", 1)[0].strip().lower() == _FORM_TYPE
+                   for v in header_values(request.headers, b"content-type"))
+        if form:
+            for part in plain.split(b"&"):
+                key, eq, value = part.partition(b"=")
+                if eq and is_secret_param(_query_name(key)):
+                    out.append((f"echo:{key.decode('latin-1')}", value))
+        elif b'":' in plain or b'" :' in plain:
+            out += [(f"echo:{m.group(1).decode('latin-1')}", m.group(3))
+                    for m in _secret_members(plain)]
+    return [(label, v) for label, v in out
+            if v != REDACTED and not _is_mask(v)
+            and plausible_secret(v.decode("utf-8", "surrogateescape"))]
 
 
 def _split_like(data: bytes, sizes: Sequence[int]) -> list[bytes]:
@@ -715,23 +936,33 @@ def _with_length(headers: Headers, old: int, new: int) -> Headers:
 
 
 def redact_pieces(pieces: Sequence[bytes], headers: Headers, location: str, facts: Facts,
-                  rules: Rules = STANDARD) -> tuple[list[bytes], Headers]:
+                  rules: Rules = STANDARD, *, fields: bool = False,
+                  ) -> tuple[list[bytes], Headers]:
     """A body cut into ``pieces`` (a request's one, a response's frames)
-    with every secret masked in its decoded form. A coded body with a
+    with every secret masked in its decoded form; ``fields``: credential-named
+    JSON members and form fields too (a request's body). A coded body with a
     secret in it is coded again with stored blocks (:mod:`wiretape.codings`),
     one piece per piece, ``Content-Length`` set to match, and a fact
     ``recoded:<codings>`` says so; an unchanged body keeps its bytes. A
     body whose coding cannot be undone is looked at as it is."""
     applied = codings.parse(header_values(headers, b"content-encoding"))
     decoded = codings.decode(pieces, applied) if applied else None
+    form = fields and any(v.split(b";", 1)[0].strip().lower() == _FORM_TYPE
+                          for v in header_values(headers, b"content-type"))
+
+    def masked_text(whole: bytes) -> bytes:
+        if fields:
+            whole = _redact_fields(whole, location, facts, form)
+        return redact_text(whole, location, rules, facts)[0]
+
     if decoded is None:
         whole = b"".join(pieces)
-        masked = redact_text(whole, location, rules, facts)[0]
+        masked = masked_text(whole)
         if masked == whole:
             return list(pieces), headers
         return _split_like(masked, [len(p) for p in pieces]), headers
     whole = b"".join(decoded.pieces)
-    masked = redact_text(whole, location, rules, facts)[0]
+    masked = masked_text(whole)
     if masked == whole:
         return list(pieces), headers
     plain = _split_like(masked, [len(p) for p in decoded.pieces])
@@ -747,7 +978,8 @@ def redact_request(request: Request, rules: Rules = STANDARD) -> tuple[Request, 
     facts = Facts()
     target = _redact_target(request.target, facts, rules)
     headers = _redact_headers(request.headers, "request-header", facts, rules)
-    body, headers = redact_pieces([request.body], headers, "request-body", facts, rules)
+    body, headers = redact_pieces([request.body], headers, "request-body", facts, rules,
+                                  fields=True)
     redacted = Request(method=request.method, target=target, headers=headers,
                        body=b"".join(body), http_version=request.http_version)
     return redacted, facts.items
@@ -772,9 +1004,16 @@ def redact_exchange(exchange: Exchange, rules: Rules = STANDARD, *,
                     ) -> tuple[Exchange, list[Redaction]]:
     """The exchange as it is stored: request, response and error text
     redacted. ``redacted``: the request already redacted (and its facts),
-    as :func:`redact_request` gave it. CPU work (a coded body is undone
+    as :func:`redact_request` gave it. A tool exchange's (``tool:``
+    origin): the values of its request's masked headers, query parameters
+    and credential body fields that look like secrets are masked wherever
+    else the exchange has them (``echo:NAME``: a service that echoes a
+    token back).
+    CPU work (a coded body is undone
     and done again): the recorder calls it off the event loop."""
     request, facts = redacted or redact_request(exchange.request, rules)
+    if exchange.kind == "tool":  # (a provider's key has a known shape, or is the env's)
+        rules = _with_echoed(rules, tuple(masked_values(exchange.request, body=True)))
     response = exchange.response
     if response is not None:
         response, more = redact_response(response, rules)
@@ -788,6 +1027,27 @@ def redact_exchange(exchange: Exchange, rules: Rules = STANDARD, *,
         facts = facts + more
     return replace(exchange, request=request, response=response, error=error,
                    messages=messages), facts
+
+
+#: Rules with a request's echoed values added, by (rules, values): a tool
+#: sends the same key on every request (rules are compiled once for it).
+_ECHOED: dict[tuple[int, tuple[tuple[str, bytes], ...]], tuple[Rules, Rules]] = {}
+
+
+def _with_echoed(rules: Rules, values: tuple[tuple[str, bytes], ...]) -> Rules:
+    """``rules`` plus those of ``values`` they do not mask already."""
+    if not values:
+        return rules
+    key = (id(rules), values)
+    known = _ECHOED.get(key)
+    if known is not None and known[0] is rules:
+        return known[1]
+    more = rules.with_literals((label, v) for label, v in values
+                               if redact_text(v, "", rules)[0] == v)
+    if len(_ECHOED) >= 256:
+        _ECHOED.clear()
+    _ECHOED[key] = (rules, more)
+    return more
 
 
 def redact_messages(messages: Sequence[Message], rules: Rules = STANDARD,

@@ -60,20 +60,60 @@ def learned(results: Sequence[CheckResult]) -> bool:
                for r in results)
 
 
+def extra_columns(results: Sequence[CheckResult]) -> tuple[bool, bool]:
+    """Whether some run has tool exchanges (a ``tools`` column) and stdio
+    MCP sessions (an ``mcp`` column)."""
+    verdicts = [r.verdict for r in results if r.verdict is not None]
+    return (any(v.tools is not None for v in verdicts),
+            any(v.mcp is not None for v in verdicts))
+
+
 def header(results: Sequence[CheckResult]) -> list[str]:
-    if not learned(results):
-        return list(HEADER)
-    return [*HEADER[:EQUIVALENT_AT], "equivalent", *HEADER[EQUIVALENT_AT:]]
+    with_tools, with_mcp = extra_columns(results)
+    counts = HEADER[:HEADER.index("outcome")]
+    if learned(results):
+        counts = [*HEADER[:EQUIVALENT_AT], "equivalent", *HEADER[EQUIVALENT_AT:len(counts)]]
+    return [*counts, *(["tools"] if with_tools else []), *(["mcp"] if with_mcp else []),
+            "outcome", "time"]
 
 
-def row(result: CheckResult, with_equivalent: bool = False) -> list[str]:
+def tools_text(result: CheckResult) -> str:
+    """The tool exchanges matched of those recorded (``2/2``), and what
+    else happened (``1/2, 1 missing``); ``-`` when the run has none."""
+    tools = result.verdict.tools if result.verdict is not None else None
+    if tools is None:
+        return "-"
+    matched = tools.exact + tools.substituted + tools.equivalent
+    more = [f"{n} {word}" for n, word in ((tools.diverged, "diverged"),
+                                          (tools.missing, "missing"),
+                                          (tools.unused, "unused")) if n]
+    return ", ".join([f"{matched}/{tools.recorded}", *more])
+
+
+def mcp_text(result: CheckResult) -> str:
+    """The MCP sessions played of those recorded (``1/1``), and their
+    messages that did not match; ``-`` when the run has none."""
+    mcp = result.verdict.mcp if result.verdict is not None else None
+    if mcp is None:
+        return "-"
+    m = mcp.messages
+    more = [f"{n} {word}" for n, word in ((mcp.missing, "missing"),
+                                          (m.diverged, "messages diverged"),
+                                          (m.missing, "messages missing")) if n]
+    return ", ".join([f"{mcp.played}/{mcp.recorded}", *more])
+
+
+def row(result: CheckResult, with_equivalent: bool = False, with_tools: bool = False,
+        with_mcp: bool = False) -> list[str]:
     v = result.verdict
     counts = ["-"] * (7 if with_equivalent else 6) if v is None else [
         str(n) for n in (v.recorded, v.exact, v.substituted,
                          *((v.equivalent,) if with_equivalent else ()),
                          v.diverged, v.missing, v.unused)]
+    extra = [*([tools_text(result)] if with_tools else []),
+             *([mcp_text(result)] if with_mcp else [])]
     return [render.printable(display(result.path)), result.status.value.upper(), *counts,
-            outcome_text(result), f"{result.duration_s:.1f} s"]
+            *extra, outcome_text(result), f"{result.duration_s:.1f} s"]
 
 
 def describe(result: CheckResult) -> tuple[str, str]:
@@ -170,8 +210,9 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
                                      diagnostic=diagnostic, timeout_s=timeout_s,
                                      on_result=on_result, approve=approve))
     duration = time.monotonic() - t0
-    wide = learned(results)
-    for line in render.table([row(r, wide) for r in results], header(results)):
+    wide, (with_tools, with_mcp) = learned(results), extra_columns(results)
+    for line in render.table([row(r, wide, with_tools, with_mcp) for r in results],
+                             header(results)):
         click.echo(line)
     for result in results:
         if result.status in (Status.PASS, Status.SKIP):

@@ -155,7 +155,7 @@ def show(run: str, seq: int | None, frames: bool, as_json: bool) -> None:
         for line in text.exchange_lines(exchange, ov.views[seq], row, frames, escaped.style):
             _echo(escaped(line))
         return
-    for line in text.run_heading(ov.info, str(ov.path)):
+    for line in text.run_heading(ov.info, str(ov.path), ov.exchanges):
         _echo(escaped(line))
     import json  # (not loaded by --help)
     for note in json.loads(ov.info.extra.get("import_notes", "[]")):

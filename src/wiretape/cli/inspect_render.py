@@ -19,7 +19,14 @@ from wiretape.inspect.ledger import Ledger
 from wiretape.inspect.mcpcalls import McpCall, served_by
 from wiretape.inspect.summary import message_summary
 from wiretape.inspect.timeline import TimelineRow, excerpt, tool_url
-from wiretape.model import MCP_ORIGIN_PREFIX, TOOL_ORIGIN_PREFIX, Exchange, RunInfo
+from wiretape.model import (
+    MCP_ORIGIN_PREFIX,
+    TOOL_ORIGIN_PREFIX,
+    Exchange,
+    Headers,
+    RunInfo,
+    header_value,
+)
 
 #: How a line is styled: ``click.style``, or ``render.Escaped().style``.
 Style = Callable[..., str]
@@ -45,9 +52,14 @@ def _tokens(row: TimelineRow) -> str:
            f"{row.output_tokens if row.output_tokens is not None else '?'}"
 
 
-def run_heading(info: RunInfo, path: str) -> list[str]:
-    """The run's identity; an imported run says where it came from."""
+def run_heading(info: RunInfo, path: str, exchanges: Sequence[Exchange] = ()) -> list[str]:
+    """The run's identity; an imported run says where it came from; the
+    hosts of its tool exchanges (``--tools``), when it has some."""
     lines = render.run_heading(info, path)
+    tools = sorted({e.origin.removeprefix(TOOL_ORIGIN_PREFIX) for e in exchanges
+                    if e.kind == "tool"})
+    if tools:
+        lines.append(f"  tool hosts (--tools): {_p(', '.join(tools))}")
     if info.mode == "import":
         lines[1] = f"  command: none (imported from {_p(info.extra.get('imported_from', '?'))}; " \
                    "replay it with the command after --)"
@@ -134,7 +146,8 @@ def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
     status = f"{row.status}" if row.status is not None else f"no response ({_p(row.ending)})"
     own = exchange.answered_by_wiretape
     if own and exchange.response is not None:
-        status = f"{render.own_answer(exchange.response.status)}, not the provider's"
+        whose = "the tool's host's" if exchange.kind == "tool" else "the provider's"
+        status = f"{render.own_answer(exchange.response.status)}, not {whose}"
     lines = [style(f"exchange {row.seq}: {_p(row.method)} {_p(row.target)} -> {status}",
                    bold=True),
              (f"  origin {_p(exchange.origin)}, connection {exchange.connection_id}, started "
@@ -145,6 +158,8 @@ def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
                  + (f", {_p(origin)} with the origin" if origin else ""))
     if exchange.error:
         lines.append(style(f"  error: {_p(exchange.error)}", fg="red"))
+    if exchange.kind == "tool":
+        return lines + _tool_lines(exchange, frames, style)
     lines.append(
         style(
             f"request ({_p(req.format)}): model {_p(req.model or '-')}"
@@ -193,6 +208,47 @@ def exchange_lines(exchange: Exchange, view: ExchangeView, row: TimelineRow,
     if frames and exchange.response is not None:
         lines.append(style(f"frames ({len(exchange.response.frames)}):", bold=True))
         for i, f in enumerate(exchange.response.frames):
+            lines.append(f"  #{i} +{f.offset_ns / 1e6:.1f} ms {len(f.data)} B "
+                         f"{_p(repr(f.data.decode('utf-8', 'backslashreplace')))}")
+    return lines
+
+
+#: Bytes of a tool exchange's body shown by ``show --exchange``.
+_BODY_SHOWN = 600
+
+
+def _body_lines(body: bytes, headers: Headers) -> list[str]:
+    """A body's size and first bytes, as text (its coding named, not undone)."""
+    if not body:
+        return ["  body: none"]
+    coding = header_value(headers, b"content-encoding")
+    said = f" ({_p(coding.decode('latin-1'))}-coded)" if coding else ""
+    text = body[:_BODY_SHOWN].decode("utf-8", "replace")
+    more = f" … ({human_bytes(len(body) - _BODY_SHOWN)} more)" if len(body) > _BODY_SHOWN else ""
+    return [f"  body{said}, {human_bytes(len(body))}:"] + [
+        "    " + _p(line, keep="\t") for line in text.splitlines()] + (
+        [f"    {more.strip()}"] if more else [])
+
+
+def _tool_lines(exchange: Exchange, frames: bool, style: Style) -> list[str]:
+    """A tool exchange (``--tools``): its request's method, URL, headers
+    and body, and its response's status, headers and body; no model
+    fields."""
+    req = exchange.request
+    url = tool_url(exchange.origin, req.target.decode("latin-1"))
+    lines = [style(f"request: {_p(req.method.decode('latin-1'))} {_p(url)}", bold=True)]
+    lines += [f"  {_p(k.decode('latin-1'))}: {_p(v.decode('latin-1'))}" for k, v in req.headers]
+    lines += _body_lines(req.body, req.headers)
+    resp = exchange.response
+    if resp is None:
+        return lines
+    own = "answer made by wiretape: " if exchange.answered_by_wiretape else "response: "
+    lines.append(style(f"{own}{resp.status} {_p(resp.reason.decode('latin-1'))}", bold=True))
+    lines += [f"  {_p(k.decode('latin-1'))}: {_p(v.decode('latin-1'))}" for k, v in resp.headers]
+    lines += _body_lines(b"".join(f.data for f in resp.frames), resp.headers)
+    if frames:
+        lines.append(style(f"frames ({len(resp.frames)}):", bold=True))
+        for i, f in enumerate(resp.frames):
             lines.append(f"  #{i} +{f.offset_ns / 1e6:.1f} ms {len(f.data)} B "
                          f"{_p(repr(f.data.decode('utf-8', 'backslashreplace')))}")
     return lines

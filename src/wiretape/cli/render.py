@@ -124,7 +124,10 @@ def record_summary(result: RecordResult) -> list[str]:
             counts[key] = counts.get(key, 0) + 1
         said = ", ".join(f"{n} x {status} {code}" for (status, code), n in counts.items())
         lines.append(f"wiretape: refused before forwarding (not recorded): {said}")
-    if result.exchanges == 0 and result.connect is not None:
+    why_none = _why_nothing_recorded(result) if result.exchanges == 0 else None
+    if why_none is not None:
+        lines.append(f"wiretape: WARNING: NO EXCHANGE WAS RECORDED: {why_none}")
+    elif result.exchanges == 0 and result.connect is not None:
         port = result.origins[0].port if result.origins else 0
         lines.append(
             "wiretape: WARNING: NO EXCHANGE WAS RECORDED. The agent made no HTTPS request to an "
@@ -147,15 +150,22 @@ def record_summary(result: RecordResult) -> list[str]:
         from wiretape.playback import text
 
         lines.extend(text.connect_lines(result.connect.to_json()))
-    if result.error_statuses:
-        said = ", ".join(f"{n} x {status}" for status, n in result.error_statuses.items())
-        lines.append(f"wiretape: the provider answered with errors: {said} (recorded as they were)")
-    if result.own_statuses:
-        said = ", ".join(f"{n} x {status}" + (f" {_OWN_ANSWERS[status]}"
-                                               if status in _OWN_ANSWERS else "")
-                         for status, n in result.own_statuses.items())
-        lines.append("wiretape: answered by wiretape, not the provider (the origin never "
-                     f"answered): {said}")
+    for errors, who in ((result.error_statuses, "the provider"),
+                        (result.tool_error_statuses, "the tools' hosts")):
+        if errors:
+            said = ", ".join(f"{n} x {status}" for status, n in errors.items())
+            lines.append(f"wiretape: {who} answered with errors: {said} (recorded as they were)")
+    for own, who in ((result.own_statuses, "the provider"),
+                     (result.tool_own_statuses, "the tool's host")):
+        if own:
+            said = ", ".join(f"{n} x {status}" + (f" {_OWN_ANSWERS[status]}"
+                                                   if status in _OWN_ANSWERS else "")
+                             for status, n in own.items())
+            lines.append(f"wiretape: answered by wiretape, not {who} (the origin never "
+                         f"answered): {said}")
+    if any("CERTIFICATE_VERIFY_FAILED" in failure for failure in result.failures):
+        lines.append("wiretape: an origin's certificate did not verify: if a private CA signs "
+                     "it (a test server's), give that CA's PEM file with --upstream-ca FILE")
     if result.interrupted is not None:
         from wiretape.errors import signal_name
 
@@ -166,6 +176,28 @@ def record_summary(result: RecordResult) -> list[str]:
     if result.write_error is not None:
         lines.append(click.style(write_failure_line(result), fg="red", bold=True))
     return lines
+
+
+def _why_nothing_recorded(result: RecordResult) -> str | None:
+    """What happened to the agent's requests when none was recorded but the
+    proxy saw them (refused before forwarding, a tunnel whose TLS the agent
+    broke off); None when it saw none (the agent may not use the proxy)."""
+    if any(status == 413 for status, _ in result.refused):
+        return ("the agent's request was refused with 413: its body is larger than "
+                "--max-body allows; record again with a larger --max-body BYTES")
+    if result.refused:
+        return ("every request that reached the proxy was refused before forwarding "
+                "(the line above says why)")
+    report = result.connect.to_json() if result.connect is not None else None
+    if report is not None and report.get("rejected") and not report.get("intercepted"):
+        hosts = ", ".join(sorted(report["rejected"]))
+        return (f"no request came through the agent's tunnel to {hosts} (the lines below "
+                "say why); it did use the proxy")
+    if report is not None and report.get("intercepted"):
+        hosts = ", ".join(sorted(report["intercepted"]))
+        return (f"the agent opened intercepted connections to {hosts} but sent no complete "
+                "request through them")
+    return None
 
 
 def write_failure_line(result: RecordResult) -> str:

@@ -372,6 +372,13 @@ def replays(verdicts: Sequence[Verdict]) -> str:
             "<th>equivalent</th><th>diverged</th>"
             f"<th>missing</th><th>unused</th></tr></thead><tbody><tr>{counts}</tr></tbody></table>"
             f'<div class="muted">outcome: {_e(outcome or "not compared")}</div>')
+        if v.tools is not None:
+            t = v.tools
+            out.append(f'<div class="muted" data-tools="{t.recorded},{t.exact},{t.substituted},'
+                       f'{t.equivalent},{t.diverged},{t.missing},{t.unused}">tool exchanges: '
+                       f"recorded {t.recorded}, exact {t.exact}, substituted {t.substituted}, "
+                       f"equivalent {t.equivalent}, diverged {t.diverged}, missing {t.missing}, "
+                       f"unused {t.unused}</div>")
         if v.messages is not None:
             m = v.messages
             out.append(f'<div class="muted" data-messages="{m.exact},{m.diverged},{m.missing},'

@@ -98,6 +98,7 @@ def interception_settings(hosts: Sequence[str] | None, upstream_ca: str | os.Pat
                                  "api.example.com (no scheme, port or path)")
     if tools_except and not tools:
         raise UsageError("--tools-except needs --tools")
+    _check_tools_except(tools_except, hosts or ())
     if tools and hosts is None:
         hosts = ()
     ca = Path(upstream_ca) if upstream_ca is not None else None
@@ -109,6 +110,25 @@ def interception_settings(hosts: Sequence[str] | None, upstream_ca: str | os.Pat
                 if hosts is not None else None)
     return {"intercept": settings,
             "upstream_options": UpstreamOptions(ca, parse_resolve(resolve))}
+
+
+def _check_tools_except(tools_except: Sequence[str], hosts: Sequence[str]) -> None:
+    """Raises UsageError for a ``--tools-except`` host that is a model
+    provider's (or a domain of one: ``NO_PROXY`` matches by suffix), or
+    that ``--intercept-host`` names too: left out, the agent's model calls
+    there would go past the recorder, to the real provider."""
+    providers = known_hosts()
+    extra = {h.strip().lower() for h in hosts}
+    for raw in tools_except:
+        host = raw.strip().lower()
+        if host in extra:
+            raise UsageError(f"--tools-except {raw}: also given to --intercept-host; a host is "
+                             "either recorded as a model origin or left out, not both")
+        covered = sorted(p for p in providers if p == host or p.endswith("." + host))
+        if covered:
+            raise UsageError(f"--tools-except {raw}: {covered[0]} is a model provider's host "
+                             f"({providers[covered[0]]}), always recorded; left out, its model "
+                             "calls would go past the recorder (drop it from --tools-except)")
 
 
 def known_hosts() -> dict[str, str]:

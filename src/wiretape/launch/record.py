@@ -105,6 +105,10 @@ class RecordResult:
     #: the answers wiretape made itself because an origin never answered
     #: (502 unreachable, 504 timed out): status to count
     own_statuses: dict[int, int] = field(default_factory=dict)
+    #: the same two for tool exchanges (``--tools``): the tools' hosts'
+    #: errors, and wiretape's own answers when a tool's host never answered
+    tool_error_statuses: dict[int, int] = field(default_factory=dict)
+    tool_own_statuses: dict[int, int] = field(default_factory=dict)
     #: the first write that failed (``cannot write run file PATH: disk
     #: full``); None when everything was saved
     write_error: RunFileWriteError | None = None
@@ -287,6 +291,9 @@ class _Recording:
     error_statuses: dict[int, int] = field(default_factory=dict)
     #: answers wiretape made itself (the origin never answered): status to count
     own_statuses: dict[int, int] = field(default_factory=dict)
+    #: the same two for tool exchanges (``--tools``)
+    tool_error_statuses: dict[int, int] = field(default_factory=dict)
+    tool_own_statuses: dict[int, int] = field(default_factory=dict)
     #: a write of the run's end or outcome that failed (the recorder's own
     #: failure is ``recorder.write_failure``)
     write_error: RunFileWriteError | None = None
@@ -309,10 +316,13 @@ class _Recording:
         status = exchange.response.status if exchange.response is not None else None
         if status is None:
             return
+        tool = exchange.kind == "tool"
         if exchange.answered_by_wiretape:
-            self.own_statuses[status] = self.own_statuses.get(status, 0) + 1
+            own = self.tool_own_statuses if tool else self.own_statuses
+            own[status] = own.get(status, 0) + 1
         elif status >= 400:
-            self.error_statuses[status] = self.error_statuses.get(status, 0) + 1
+            errors = self.tool_error_statuses if tool else self.error_statuses
+            errors[status] = errors.get(status, 0) + 1
 
     def result(self) -> RecordResult:
         stats = self.recorder.stats
@@ -323,6 +333,8 @@ class _Recording:
                             left_out=self.left_out,
                             error_statuses=dict(sorted(self.error_statuses.items())),
                             own_statuses=dict(sorted(self.own_statuses.items())),
+                            tool_error_statuses=dict(sorted(self.tool_error_statuses.items())),
+                            tool_own_statuses=dict(sorted(self.tool_own_statuses.items())),
                             write_error=self.recorder.write_failure or self.write_error,
                             not_saved=stats.not_saved, refused_unsaved=stats.refused,
                             interrupted=self.interrupted, end_saved=self.write_error is None,
@@ -549,6 +561,9 @@ async def _judge_record(session: _Recording) -> None:
     if session.reports is not None:
         await session.reports.settle()
     run, rules = session.run, session.rules
+    # A credential a tool sent in a header or query parameter is a secret
+    # in the agent's output too (it printed what the service echoed).
+    rules = rules.with_literals(session.recorder.echoed_secrets())
     facts = Facts()
     try:
         if session.connect is not None:

@@ -102,6 +102,11 @@ class VolatileComparison:
                          for kind, n in sorted(self.volatile.items()))
 
 
+#: The side of a real difference where a JSON member is not (added or
+#: removed): shown as it is, unquoted.
+ABSENT = "(absent)"
+
+
 class _Tally:
     def __init__(self, window: tuple[float | None, float]) -> None:
         self.window = window
@@ -193,8 +198,23 @@ def _text(a: bytes, b: bytes, where: str, tally: _Tally) -> None:
         elif (token.kind is SpanKind.NUMBER and token.recorded and token.live
               and _UNIT.match(a, token.recorded[1]) and _UNIT.match(b, token.live[1])):
             tally.expected("duration", where, shown_a, shown_b)
+        elif token.kind is SpanKind.OTHER:
+            # (plain text: whole words, not the bytes between a shared
+            # prefix and suffix, ``hello [rc=0]`` and not ``hello [rc=0``)
+            tally.differs(where, _word_text(a, *(token.recorded or (part.rec_start, part.rec_end))),
+                          _word_text(b, *(token.live or (part.live_start, part.live_end))))
         else:
             tally.differs(where, shown_a, shown_b)
+
+
+def _word_text(data: bytes, start: int, end: int) -> str:
+    """``data[start:end]`` widened to whitespace (or the text's ends) on
+    both sides."""
+    while start > 0 and not data[start - 1:start].isspace():
+        start -= 1
+    while end < len(data) and not data[end:end + 1].isspace():
+        end += 1
+    return data[start:end].decode("utf-8", "replace")
 
 
 def _range_text(data: bytes, token: tuple[int, int] | None, start: int, end: int) -> str:
@@ -205,10 +225,14 @@ def _range_text(data: bytes, token: tuple[int, int] | None, start: int, end: int
 def _json(a: object, b: object, prefix: str, tally: _Tally) -> None:
     for change in diff(a, b):
         where = " ".join(p for p in (prefix, pointer(change.path) or "/") if p)
+        if change.change is Change.ADDED:
+            tally.differs(where, ABSENT, _scalar_text(at(b, change.live_path)))
+            continue
+        if change.change is Change.REMOVED:
+            tally.differs(where, _scalar_text(at(a, change.recorded_path)), ABSENT)
+            continue
         if change.change is not Change.CHANGED:
-            shown = {Change.ADDED: ("", "added"), Change.REMOVED: ("removed", ""),
-                     Change.KEY_ORDER: ("member order", "member order")}[change.change]
-            tally.differs(where, *shown)
+            tally.differs(where, "member order", "member order")
             continue
         old, new = at(a, change.recorded_path), at(b, change.live_path)
         name = change.live_path[-1] if change.live_path else ""

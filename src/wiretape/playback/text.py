@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from wiretape.playback.verdict import Verdict
 
 from wiretape.matching.correspond import duration
+from wiretape.matching.volatile import ABSENT
 from wiretape.playback.messages import message_label
 
 
@@ -223,6 +224,12 @@ _KIND_COLOUR = {"diverged": "red", "missing": "red", "substituted": "yellow",
                 "equivalent": "cyan"}
 
 
+def _side(text: str) -> str:
+    """One side of a real difference: quoted, clipped; a member that is not
+    there (``volatile.ABSENT``) as it is."""
+    return text if text == ABSENT else repr(_clip(text, 60))
+
+
 def _clip(text: str, n: int = 100) -> str:
     text = text.replace("\n", "\\n").replace("\r", "\\r")
     text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
@@ -314,7 +321,7 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
         lines.append(style(f"file {d['path']}: recorded {d['recorded']}, replay {d['replayed']}",
                            fg="yellow", bold=True))
         for where, rec, rep in d.get("real", [])[:3]:
-            lines.append(f"  at {where}: {_clip(rec, 60)!r} -> {_clip(rep, 60)!r}")
+            lines.append(f"  at {where}: {_side(rec)} -> {_side(rep)}")
         for label in ("recorded_diff", "replayed_diff"):
             if d.get(label):
                 lines.append(f"  {label.split('_')[0]} change:")
@@ -350,7 +357,7 @@ def verdict_details(v: Verdict, style: Style = plain) -> list[str]:
     if stdout.get("same") is False and stdout.get("diff"):
         lines.append(style("stdout differs:", fg="yellow", bold=True))
         for where, rec, rep in stdout.get("real", [])[:3]:
-            lines.append(f"  at {where}: {_clip(rec, 60)!r} -> {_clip(rep, 60)!r}")
+            lines.append(f"  at {where}: {_side(rec)} -> {_side(rep)}")
         lines.extend("  " + line for line in stdout["diff"].splitlines()[:20])
     sandbox = v.outcome.get("sandbox", {}) if v.outcome else {}
     for note in sandbox.get("notes", []):

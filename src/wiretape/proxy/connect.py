@@ -94,6 +94,10 @@ def split_authority(target: bytes) -> tuple[str, int] | None:
 def rejection(host: str, exc: BaseException) -> str:
     """The summary line for a client that broke off the handshake for ``host``."""
     detail = getattr(exc, "reason", None) or type(exc).__name__
+    if detail == "HTTP_REQUEST":  # (OpenSSL: a plain-HTTP request where TLS was due)
+        return (f"the client sent plain HTTP inside its tunnel to {host} (a CONNECT "
+                "tunnel for an http:// URL, as curl --proxytunnel does): only HTTPS is "
+                "intercepted in a tunnel; send plain http:// requests to the proxy directly")
     return (f"the client rejected the certificate for {host} ({detail}): it may pin "
             "certificates or ignore SSL_CERT_FILE")
 

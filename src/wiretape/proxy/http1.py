@@ -32,6 +32,8 @@ from wiretape.proxy.websocket import handshake_problem, is_upgrade
 
 #: Bytes asked of a client's socket per read (HTTP/1.1 and HTTP/2 alike).
 READ_SIZE = 65536
+#: Bytes of pipelined requests read while a request is answered (``client_gone``).
+_PIPELINED_MAX = 1 << 20
 #: Bytes held for one write (``more=True``) before they are sent anyway
 #: (a response's data, HTTP/1.1 and HTTP/2 alike).
 HOLD_AT_MOST = 256 * 1024
@@ -568,6 +570,26 @@ class ClientConnection:
             self.closed = True
             transport.abort() if hasattr(transport, "abort") else transport.close()
 
+    async def client_gone(self) -> str:
+        """Return (why) once the client has closed the connection (EOF: RFC
+        9112 §9.6, a client that closes has abandoned its request) or it
+        broke, while its request is answered: what the handler waits for
+        beside the origin's answer. Bytes that arrive meanwhile (a
+        pipelined request) are kept for the next read; past 1 MiB of them,
+        reading stops and this waits until cancelled."""
+        kept = 0
+        while kept < _PIPELINED_MAX:
+            try:
+                data = await self._reader.read(READ_SIZE)
+            except (OSError, ssl.SSLError) as exc:
+                return f"the connection broke ({one_line(exc)})"
+            if not data:
+                return "the client closed the connection"
+            kept += len(data)
+            self._h11.receive_data(data)
+        await asyncio.Event().wait()  # (cancelled by the handler)
+        raise AssertionError("unreachable")
+
     def next_cycle(self) -> bool:
         """Prepare for the next request on this connection; False if it must close."""
         if self.closed or self.draining:
@@ -644,7 +666,7 @@ class Responder(Protocol):
     """What a handler answers a request through: an HTTP/1.1 connection
     (``ClientConnection``) or one HTTP/2 stream (``http2.H2Stream``).
     Each method raises ClientGone when the client can no longer be
-    answered, but ``abort``, which never raises. What is written with
+    answered, but ``abort`` and ``client_gone``, which never raise. What is written with
     ``more=True`` may be held and sent with what follows (``flush``,
     ``end`` and ``abort`` send it)."""
 
@@ -661,6 +683,11 @@ class Responder(Protocol):
     async def end(self) -> None: ...
 
     async def abort(self) -> None: ...
+
+    async def client_gone(self) -> str:
+        """Return (why) once the client has abandoned the request (closed
+        the connection, reset the stream); never raises ClientGone."""
+        ...
 
 
 #: Answers one request.

@@ -141,12 +141,22 @@ class H2Stream:
         #: while it writes, and only after that, for a refused request's
         #: upload, for arrivals)
         self._woken = asyncio.Event()
+        #: set by :meth:`wake` once ``gone`` is (``client_gone``)
+        self._gone = asyncio.Event()
         #: DATA bytes queued since the last write (``more=True``)
         self._held = 0
 
     def wake(self) -> None:
         """The stream's window (or state) may have changed."""
         self._woken.set()
+        if self.gone is not None:
+            self._gone.set()
+
+    async def client_gone(self) -> str:
+        """Return (why) once the client reset the stream or the connection
+        ended (``http1.Responder``)."""
+        await self._gone.wait()
+        return self.gone or "the client closed the connection"
 
     async def arrival(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for DATA, END_STREAM or a reset on the

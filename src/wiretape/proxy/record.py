@@ -28,7 +28,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -42,7 +42,13 @@ from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responde
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.spool import DEFAULT_SPOOL_AT, Gathered, Spool, may_spool
 from wiretape.proxy.websocket import is_upgrade
-from wiretape.redaction import STANDARD, Rules, redact_exchange, redact_request
+from wiretape.redaction import (
+    STANDARD,
+    Rules,
+    masked_values,
+    redact_exchange,
+    redact_request,
+)
 from wiretape.store.blobs import Packed, blob_hash
 from wiretape.store.runfile import RunFile
 
@@ -111,6 +117,14 @@ class Recorder:
         self.stats = RecordStats()
         #: the first failed write; once set, nothing more is forwarded or stored
         self.write_failure: RunFileWriteError | None = None
+        #: values of masked headers and query parameters met so far (label
+        #: by value): secrets wherever else the run meets them (its output)
+        self._echoed: dict[bytes, str] = {}
+
+    def echoed_secrets(self) -> list[tuple[str, bytes]]:
+        """(label, value) of every credential a recorded request carried in a
+        masked header or query parameter (``redaction.masked_values``)."""
+        return [(label, value) for value, label in list(self._echoed.items())]
 
     async def warm_up(self) -> None:
         """Make the first exchange as cheap as the next (the upstream
@@ -163,7 +177,17 @@ class Recorder:
         try:
             sent = self._rewrite(request) if self._rewrite is not None else request
             outgoing = upstream.build_request(root, host, sent, self._options.resolve)
-            origin_resp = await self._client.send(outgoing)
+            origin_resp, gone = await _unless_gone(conn, self._client.send(outgoing))
+            if origin_resp is None:
+                # The client left before the response's head: the request to
+                # the origin is cancelled (its connection released), and the
+                # exchange stored as the client saw it, unanswered.
+                await conn.abort()
+                self._schedule_store(Exchange(
+                    seq, connection_id, origin, wall, request, None, Ending.CLIENT_GONE, None,
+                    time.monotonic_ns() - t0, f"{gone} before the response's head arrived"),
+                    None, prepared)
+                return
         except (httpx.TimeoutException, httpx.TransportError, httpx.InvalidURL) as exc:
             ending = (
                 Ending.TIMEOUT
@@ -457,6 +481,8 @@ class Recorder:
             packed = packing.result()
         # (a spooled response: its headers; its parts are redacted already)
         stored, facts = redact_exchange(exchange, self._rules, redacted=(request, facts))
+        for label, value in masked_values(exchange.request, body=exchange.kind == "tool"):
+            self._echoed.setdefault(value, label)
         if body is None or body.spool is None:
             self._run.write_exchange(stored, facts, compress_later=True, request_digest=digest,
                                      request_packed=packed)
@@ -467,6 +493,30 @@ class Recorder:
                                          compress_later=True, request_digest=digest,
                                          request_packed=packed)
         return stored, staged.size
+
+
+async def _unless_gone(conn: Responder, sending: Awaitable[upstream.OriginResponse],
+                       ) -> tuple[upstream.OriginResponse | None, str]:
+    """The origin's response head, as ``sending`` gives it; or (None, why)
+    when the client abandons the request first (``Responder.client_gone``),
+    ``sending`` then cancelled. Raises what ``sending`` raises."""
+    send = asyncio.ensure_future(sending)
+    watch = asyncio.ensure_future(conn.client_gone())
+    try:
+        await asyncio.wait((send, watch), return_when=asyncio.FIRST_COMPLETED)
+        if send.done():
+            return send.result(), ""
+        send.cancel()
+        await asyncio.wait((send,))
+        if not send.cancelled() and send.exception() is None:  # (it completed meanwhile)
+            with contextlib.suppress(httpx.HTTPError):
+                await send.result().aclose()
+        return None, watch.result()
+    finally:
+        for task in (send, watch):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(send, watch, return_exceptions=True)
 
 
 def _spool_at_from_env() -> int:

@@ -585,6 +585,16 @@ class Replayer:
 
     async def _serve(self, conn: Responder, exchange: Exchange) -> None:
         response = exchange.response
+        if response is None and exchange.ending is Ending.CLIENT_GONE:
+            # The agent left before any answer came: it gets none, whatever
+            # the pace (what ends the wait is the agent's own give-up). The
+            # connection closes when the agent leaves, or at the latest
+            # twice the recorded wait and a second after the request.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2 * exchange.duration_ns / 1e9 + 1.0):
+                    await conn.client_gone()
+            await conn.abort()
+            return
         if response is None:
             # A run without the stored answer (older, imported): make it
             # again, naming the origin's upstream as the recording did.

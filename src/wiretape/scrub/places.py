@@ -15,7 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from wiretape.model import Redaction, RunInfo
-from wiretape.redaction import Facts, Rules, dotenv_values, redact_str, redact_text
+from wiretape.redaction import (
+    Facts,
+    Rules,
+    dotenv_values,
+    redact_argument,
+    redact_str,
+    redact_text,
+)
 from wiretape.snapshot.tree import Entry, LeftOut, SnapshotPolicy, is_text
 
 #: Largest secrets file read for values to look for elsewhere.
@@ -45,8 +52,9 @@ def redact_entries(entries: Iterable[Entry], redact: Redact,
 
 def redact_info(info: RunInfo, rules: Rules, facts: Facts) -> RunInfo:
     """The run's command line and variable names redacted (``argv``,
-    ``env-names``)."""
-    return replace(info, argv=tuple(redact_str(a, "argv", rules, facts) for a in info.argv),
+    ``env-names``): a header, URL, JSON or form argument's credential
+    fields too (``redaction.redact_argument``)."""
+    return replace(info, argv=tuple(redact_argument(a, "argv", rules, facts) for a in info.argv),
                    env_names=tuple(redact_str(n, "env-names", rules, facts)
                                    for n in info.env_names))
 

@@ -35,6 +35,7 @@ from wiretape.redaction import (
     Facts,
     Rules,
     fingerprint,
+    redact_argument,
     redact_exchange,
     redact_json,
     redact_text,
@@ -116,6 +117,9 @@ class _Scrubber:
         return redact_text(data, place, self.rules, self.facts)[0]
 
     def json(self, value: object, place: str) -> object:
+        if place == "argv" and isinstance(value, list):  # (a header, a URL, a form)
+            return [redact_argument(v, place, self.rules, self.facts) if isinstance(v, str)
+                    else redact_json(v, place, self.rules, self.facts) for v in value]
         return redact_json(value, place, self.rules, self.facts)
 
     def keep(self, path: str, empty: bool) -> bool:
