@@ -191,6 +191,7 @@ cat "$DISK/run.har"
         f"wiretape: error: cannot write {disk / 'run.har'}: No space left on device"), done.stderr
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_from_python_a_disk_that_fills_up_raises_once_the_agent_ended(tmp_path: Path) -> None:
     why = why_no_private_mounts()
     if why is not None:

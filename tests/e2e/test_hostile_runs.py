@@ -307,6 +307,7 @@ def test_a_stored_value_of_the_wrong_type_is_refused(
         shown_refused(run, tmp_path, said, verdict="argv" in statement)
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_newer_schema_names_both_versions(hostile: tuple[Path, Path], tmp_path: Path) -> None:
     from wiretape.store.schema import SCHEMA_VERSION
 

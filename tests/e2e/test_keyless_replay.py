@@ -117,6 +117,7 @@ def test_check_replays_without_the_key(recorded) -> None:  # type: ignore[no-unt
     assert "1 passed, 0 failed" in done.stdout
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_the_python_api_replays_without_the_key(recorded,  # type: ignore[no-untyped-def]
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     _project, run, _key, _stdout = recorded

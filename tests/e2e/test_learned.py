@@ -114,6 +114,7 @@ def test_allowances_from_the_project_config_and_outcome_ignore(recorded: Path) -
     assert "files left out of the outcome (outcome-ignore): sessions" in done.stderr
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_allowances_recorded_with_the_run(tmp_path: Path) -> None:
     with FakeProvider([TextTurn("hello one"), TextTurn("hello two")]) as fp:
         done = wiretape("record", "--allow", "ids,clock,key-order", "-o", "run.wtape",

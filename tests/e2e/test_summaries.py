@@ -169,6 +169,7 @@ def test_an_origin_that_never_answered_is_wiretapes_answer_not_a_provider_error(
     assert any(line.startswith("answer made by wiretape (") for line in head), shown.stdout
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_502_from_the_provider_itself_is_the_providers_error(tmp_path: Path) -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Gateway)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

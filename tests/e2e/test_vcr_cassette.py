@@ -23,6 +23,7 @@ QUESTION = "How many pieces of fruit are listed in inventory.txt?"
 KEY = "sk-proj-" + "K" * 40
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_a_vcrpy_cassette_imports_shows_and_replays(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_BASE")}
     env["OPENAI_API_KEY"] = KEY

@@ -606,6 +606,7 @@ def _run_with_timing_retry(body: Callable[[Path], Checks], tmp_path: Path, tries
 
 @pytest.mark.parametrize("spec", [*CASES.values(), B22_NO_RETRY],
                          ids=[*CASES, "B22-no-retry"])
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_client_direct(spec: CaseSpec) -> None:
     """The harness itself, with no wiretape in between: each client sends its
     case's exact request bytes and observes what expect.md says."""

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from test_proxy_edges import Conn, Wiretape, env, free_port, post
 
 from support.h2wire import goaway_codes
@@ -232,6 +233,7 @@ def test_a_body_over_the_cap_gets_its_413_with_curl_and_httpx(tmp_path: Path) ->
     assert exchange.request.http_version == b"2"
 
 
+@pytest.mark.slow  # a long scenario: make test-slow
 def test_the_http_versions_of_both_legs_in_har_and_show(tmp_path: Path) -> None:
     port, run = free_port(), tmp_path / "versions.wtape"
     with FakeProvider([TextTurn("Red, yellow and blue.")], delay=0.01) as fp:
