@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +37,6 @@ TIMEOUT = 90
 INTERCEPT_CLIENTS = Path(__file__).resolve().parent / "clients_intercept"
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture(scope="module")
-def upstream_ca(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunCA, Path]]:
-    """A CA standing in for the public roots that sign the real providers."""
-    ca = RunCA.create(common_name="wiretape tests: upstream CA")
-    pem = tmp_path_factory.mktemp("upstream-ca") / "upstream-ca.pem"
-    pem.write_bytes(ca.cert_pem)
-    yield ca, pem
-    ca.close()
 
 
 def wiretape(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None,

@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -76,16 +76,6 @@ class PageServer:
     def __exit__(self, *_exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture(scope="module")
-def upstream_ca(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunCA, Path]]:
-    """A CA standing in for the public roots that sign the real sites."""
-    ca = RunCA.create(common_name="wiretape tests: upstream CA")
-    pem = tmp_path_factory.mktemp("upstream-ca") / "upstream-ca.pem"
-    pem.write_bytes(ca.cert_pem)
-    yield ca, pem
-    ca.close()
 
 
 def wiretape(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None,

@@ -408,18 +408,6 @@ def test_an_origin_that_never_answers_the_client_s_close_is_closed_and_kept(tmp_
     assert said == [f"wiretape: exchange #0 timeout: {exchange.error}"], done.stderr
 
 
-@pytest.fixture(scope="module")
-def upstream_ca(tmp_path_factory: pytest.TempPathFactory):
-    """A CA standing in for the public roots that sign the real providers."""
-    from wiretape.intercept.ca import RunCA
-
-    ca = RunCA.create(common_name="wiretape tests: upstream CA")
-    pem = tmp_path_factory.mktemp("upstream-ca") / "upstream-ca.pem"
-    pem.write_bytes(ca.cert_pem)
-    yield ca, pem
-    ca.close()
-
-
 @pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])
 def test_an_https_upstream_is_reached_over_wss_with_its_certificate_verified(
         upstream_ca, tmp_path, trusted):

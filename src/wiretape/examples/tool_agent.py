@@ -61,10 +61,8 @@ class AgentGaveUp(Exception):
 
 def read_file(arguments: Mapping[str, object], workspace: Path) -> str:
     """The text of ``arguments["path"]``, resolved against ``workspace`` and kept inside it."""
-    given = str(arguments.get("path", ""))
-    root = workspace.resolve()
-    path = (root / given).resolve()
-    if not path.is_relative_to(root):
+    given, path = _inside(arguments, workspace)
+    if path is None:
         return f"error: {given!r} is outside the workspace"
     try:
         return path.read_text(encoding="utf-8")
@@ -84,16 +82,23 @@ def add(arguments: Mapping[str, object], workspace: Path) -> str:
 
 def write_file(arguments: Mapping[str, object], workspace: Path) -> str:
     """Write ``arguments["content"]`` to ``arguments["path"]`` inside ``workspace``."""
-    given = str(arguments.get("path", ""))
-    root = workspace.resolve()
-    path = (root / given).resolve()
-    if not path.is_relative_to(root):
+    given, path = _inside(arguments, workspace)
+    if path is None:
         return f"error: {given!r} is outside the workspace"
     try:
         path.write_text(str(arguments.get("content", "")), encoding="utf-8")
     except OSError:
         return f"error: cannot write {given!r}"
     return f"wrote {given}"
+
+
+def _inside(arguments: Mapping[str, object], workspace: Path) -> tuple[str, Path | None]:
+    """``arguments["path"]`` as given, and resolved against ``workspace``
+    (None when it lies outside it)."""
+    given = str(arguments.get("path", ""))
+    root = workspace.resolve()
+    path = (root / given).resolve()
+    return given, path if path.is_relative_to(root) else None
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
