@@ -441,12 +441,14 @@ def serve(
     def announce(origins: Sequence[Origin]) -> None:
         from wiretape.launch.origins import proxy_url
 
-        for o in origins:
-            click.echo(f"{listening_label(o.name)}: {proxy_url(o.upstream, o.port)}")
-        sys.stdout.flush()
+        # The signals are handled before the agent's side learns where to
+        # connect: a SIGTERM right after that line is a clean stop.
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        for o in origins:
+            click.echo(f"{listening_label(o.name)}: {proxy_url(o.upstream, o.port)}")
+        sys.stdout.flush()
 
     if record_mode:
         from wiretape.launch.record import record as do_record
