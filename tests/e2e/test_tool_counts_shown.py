@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 from test_sdk_clients import child_env, explain
-from test_tool_fixtures import (  # noqa: F401  (upstream_ca: a fixture)
+from test_tool_fixtures import (
     AGENT,
     CURL_PROVIDER,
     SEARCH_KEY,
     record_with_tools,
-    upstream_ca,
     wiretape,
 )
 
@@ -24,7 +23,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def test_check_and_report_count_the_tool_exchanges(
-        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:  # noqa: F811
+        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
     command = ["sh", "-c", AGENT, str(CURL_PROVIDER)]
     run, rec, _ = record_with_tools(tmp_path, upstream_ca, command)
     assert rec.returncode == 0, explain(rec)
@@ -47,7 +46,7 @@ def test_check_and_report_count_the_tool_exchanges(
 
 
 def test_show_exchange_prints_a_tool_exchanges_http(
-        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:  # noqa: F811
+        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
     command = ["sh", "-c", AGENT, str(CURL_PROVIDER)]
     run, rec, _ = record_with_tools(tmp_path, upstream_ca, command)
     assert rec.returncode == 0, explain(rec)

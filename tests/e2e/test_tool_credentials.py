@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from test_sdk_clients import assert_closed, child_env, explain
-from test_tool_fixtures import upstream_ca, wiretape  # noqa: F401  (a fixture)
+from test_tool_fixtures import wiretape
 
 from wiretape.intercept.ca import RunCA
 from wiretape.store import open_run
@@ -66,7 +66,7 @@ COMMAND = ["curl", "-sS", "--fail-with-body",
 
 
 def test_tool_credentials_are_masked_everywhere_the_run_keeps_them(
-        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:  # noqa: F811
+        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
     ca, pem = upstream_ca
     run = tmp_path / "h.wtape"
     with EchoServer(ca.server_context("api.tool.test")) as server:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from test_sdk_clients import explain
-from test_tool_fixtures import PageServer, upstream_ca, wiretape  # noqa: F401  (a fixture)
+from test_tool_fixtures import PageServer, wiretape
 
 from wiretape.intercept.ca import RunCA
 from wiretape.store import open_run
@@ -46,7 +46,7 @@ def test_plain_http_inside_a_tunnel_is_named(tmp_path: Path) -> None:
 
 
 def test_an_untrusted_tool_host_and_its_errors_are_its_own(
-        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:  # noqa: F811
+        tmp_path: Path, upstream_ca: tuple[RunCA, Path]) -> None:
     ca, _ = upstream_ca
     with PageServer(ca.server_context("docs.test")) as docs, PageServer() as plain:
         said = record(tmp_path, "--resolve", f"docs.test=127.0.0.1:{docs.port}",

@@ -561,6 +561,10 @@ async def _judge_record(session: _Recording) -> None:
     if session.reports is not None:
         await session.reports.settle()
     run, rules = session.run, session.rules
+    # The snapshots were taken, and redacted, before the run: the files after
+    # it are redacted by the same rules, or a file the agent left alone would
+    # differ from its snapshot by what the run learned since.
+    snapshot_rules = rules
     # A credential a tool sent in a header or query parameter is a secret
     # in the agent's output too (it printed what the service echoed).
     rules = rules.with_literals(session.recorder.echoed_secrets())
@@ -580,7 +584,7 @@ async def _judge_record(session: _Recording) -> None:
             # Compared as stored: the files after the agent ran are redacted
             # like the snapshot was, so a file with a secret in it is unchanged.
             found = Facts()
-            after = {e.path: redact_entry(e, rules_redactor(rules, found), "outcome")
+            after = {e.path: redact_entry(e, rules_redactor(snapshot_rules, found), "outcome")
                      for e in walk(root, exclude=exclude, policy=session.policy)}
             changes = compare({e.path: e for e in entries}, after)
             changed = {f"outcome:{c.path}" for c in changes}
