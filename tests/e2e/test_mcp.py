@@ -404,3 +404,95 @@ def test_a_shim_stopped_by_its_client_stops_the_server_and_keeps_the_session(
         (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
     assert [m.direction for m in session.messages] == ["client", "server"]
     assert session.error is None
+
+
+#: A raw JSON-RPC server: ``crash`` exits (status 3) at ``tools/call``;
+#: ``early`` exits (status 3) at ``initialize``, unanswered; ``linger``
+#: answers ``initialize`` and then sleeps, its stdin's end unheeded.
+RAW_SERVER = '''
+import json, sys, time
+mode = sys.argv[1]
+for line in sys.stdin:
+    msg = json.loads(line)
+    if mode == "early" or (mode == "crash" and msg.get("method") == "tools/call"):
+        sys.exit(3)
+    if "id" in msg:
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {}}), flush=True)
+    if mode == "linger":
+        time.sleep(3600)
+'''
+
+#: An agent that drives ``wiretape mcp -- raw-server MODE`` by hand: it
+#: sends ``initialize``, then (answered) a ``tools/call``, reads the
+#: shim's stdout to its end and prints what it read and the shim's status.
+RAW_AGENT = (
+    "import subprocess, sys, json\n"
+    "p = subprocess.Popen(['wiretape', 'mcp', '--name', 's', '--', 'raw-server', sys.argv[1]],"
+    " stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+    f"p.stdin.write({INITIALIZE!r}.encode() + b'\\n'); p.stdin.flush()\n"
+    "first = p.stdout.readline()\n"
+    "print('answer', bool(first))\n"
+    "if first and sys.argv[1] != 'linger':\n"
+    f"    p.stdin.write({_call(1, 'launch')!r}.encode() + b'\\n'); p.stdin.flush()\n"
+    "if sys.argv[1] == 'linger':\n"
+    "    p.stdin.close()\n"
+    "print('rest', p.stdout.read())\n"
+    "print('shim exit', p.wait())\n")
+
+
+def _raw_scene(tmp_path: Path) -> Scene:
+    scene = Scene(tmp_path)
+    (scene.root / "raw_server.py").write_text(RAW_SERVER)
+    Scene._script(scene.servers / "raw-server",
+                  f'exec {sys.executable} {scene.root / "raw_server.py"} "$@"')
+    return scene
+
+
+@pytest.mark.parametrize("mode", ["crash", "early"])
+def test_a_replay_ends_the_servers_output_where_the_recording_did(
+        tmp_path: Path, mode: str) -> None:
+    """A server whose stdout ended while its client was still connected (it
+    exited): the replay closes the shim's stdout at the same point, and the
+    shim exits with the recorded status, so the agent sees the end again."""
+    scene = _raw_scene(tmp_path)
+    agent = [sys.executable, "-c", RAW_AGENT, mode]
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", *agent, server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    expected = [f"answer {mode == 'crash'}", "rest b''", "shim exit 3"]
+    assert done.stdout.splitlines() == expected
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
+    assert session.ending.value == "origin_reset"
+    assert session.error is not None and "exit status 3" in session.error
+    shown = scene.wiretape("show", str(scene.run))
+    assert "101 complete" not in shown.stdout
+
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", *agent, timeout=60)
+    assert done.stdout.splitlines()[:3] == expected, done.stderr
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["mcp"]["sessions"]["played"] == 1
+    assert verdict["mcp"]["missing"] == 0 and verdict["mcp"]["unused"] == 0
+    assert "Traceback" not in done.stderr
+
+
+def test_a_server_that_ignores_its_stdins_end_is_stopped_by_the_shim(tmp_path: Path) -> None:
+    """MCP's stdio shutdown: the client's end closes the server's stdin;
+    a server that stays is sent SIGTERM (then SIGKILL), and the shim exits."""
+    scene = _raw_scene(tmp_path)
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", sys.executable, "-c", RAW_AGENT,
+                              "linger", server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["answer True", "rest b''", "shim exit 143"]
+    assert "Traceback" not in done.stderr and "Exception" not in done.stderr
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
+    assert [m.direction for m in session.messages] == ["client", "server"]
+    assert session.error is None

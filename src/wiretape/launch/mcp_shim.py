@@ -225,9 +225,12 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
     assert proc.stdin is not None and proc.stdout is not None
     server_in, server_out = proc.stdin, proc.stdout
 
+    client_done = asyncio.Event()  # (the client closed its stdin or stopped the shim)
+
     def stop_server() -> None:
         # The MCP client stops its server with SIGTERM: it reaches the real
         # one, whose end ends the relay (and the session is kept whole).
+        client_done.set()
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
 
@@ -250,8 +253,8 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
                 await server_in.drain()
             except (ConnectionError, OSError):
                 return
-        with contextlib.suppress(ConnectionError, OSError):
-            server_in.close()
+        client_done.set()
+        await _shut_down(proc)
 
     async def server_to_client() -> None:
         while True:
@@ -279,6 +282,8 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
                "the stdio transport carries only JSON-RPC messages, one per line: make it log "
                "to stderr")
         writer.write(mcp.encode({"error": why}))
+        if not client_done.is_set():
+            writer.write(mcp.encode({"exit": 2}))
         say(f"wiretape mcp: {why}")
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -288,10 +293,37 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
             await writer.drain()
         return 2
     status = await proc.wait()
+    status = status if status >= 0 else 128 - status
+    if not client_done.is_set():
+        # The server's output ended while its client still talked to it (it
+        # exited or closed its stdout): a replay ends there too.
+        writer.write(mcp.encode({"exit": status}))
     relay.cancel()
     with contextlib.suppress(ConnectionError, OSError):
         await writer.drain()
-    return status if status >= 0 else 128 - status
+    return status
+
+
+#: Seconds a server has to exit after its stdin closed, then after SIGTERM.
+SHUTDOWN_GRACE = 2.0
+
+
+async def _shut_down(proc: asyncio.subprocess.Process) -> None:
+    """The stdio shutdown (MCP specification 2025-06-18, "Lifecycle",
+    Shutdown, stdio): close the server's stdin, wait ``SHUTDOWN_GRACE``
+    seconds for it to exit, then SIGTERM, then SIGKILL."""
+    if proc.stdin is not None:
+        with contextlib.suppress(ConnectionError, OSError):
+            proc.stdin.close()
+    for step in (proc.terminate, proc.kill):
+        try:
+            async with asyncio.timeout(SHUTDOWN_GRACE):
+                await proc.wait()
+            return
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                step()
+    await proc.wait()
 
 
 async def _replay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str) -> int:
@@ -323,6 +355,12 @@ async def _replay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
             line = obj.get("line")
             if isinstance(line, str):
                 _write_out(mcp.bytes_of(line))
+            elif "close" in obj:
+                # The recorded server's output ended here: so does this one.
+                status = obj["close"]
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stdout.close()
+                return status if isinstance(status, int) and 0 <= status < 256 else 1
             elif "end" in obj:
                 ended.append(str(obj["end"]))
                 break

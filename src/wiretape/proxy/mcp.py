@@ -9,10 +9,14 @@ answers ``{"mode": "record"}``, ``{"mode": "replay"}`` or ``{"error":
 LINE}``. Then, recording, the shim sends each message that crossed its
 stdio as ``{"dir": "client"|"server", "t": NS, "line": TEXT}`` (``t``: ns
 since the session began), and ``{"error": LINE}`` when the server broke
-the transport; the session is over when the shim's stream ends. Replaying,
+the transport, and ``{"exit": STATUS}`` when the server's output ended
+(it exited, or broke the transport) while its client was still connected;
+the session is over when the shim's stream ends. Replaying,
 the shim sends ``{"line": TEXT}`` for each client message and ``{"eof":
 1}`` when its stdin ends, and the hub answers with ``{"line": TEXT}`` for
-each recorded server message to write, and ``{"end": LINE}`` when the
+each recorded server message to write, ``{"close": STATUS}`` where the
+recorded server's output ended early (the shim closes its stdout and exits
+with STATUS; null: 1), and ``{"end": LINE}`` when the
 session ends there (nothing recorded answers, or a strict stop), then waits
 for the link's end (the shim has said it and gone). A line's text is the message without its
 newline; bytes that are not UTF-8 travel as surrogate escapes.
@@ -43,6 +47,9 @@ VARIABLE = "WIRETAPE_MCP"
 #: run file (its exchange's request; the command is its body).
 METHOD = b"MCP"
 TARGET = b"stdio"
+#: The header of a recorded session's response that keeps the exit status
+#: of a server whose output ended while its client was connected.
+EXIT_HEADER = b"Exit-Status"
 #: The longest line the link carries (bytes): a message as large as a body may be.
 MAX_LINE = DEFAULT_MAX_BODY + 1024
 

@@ -112,13 +112,17 @@ class Ids:
 async def play(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                script: SessionScript, *, pace: Pace, redact: Redact,
                on_stop: Callable[[Step], str],
-               lock: AbstractAsyncContextManager[object]) -> Step | None:
+               lock: AbstractAsyncContextManager[object],
+               ends_early: bool = False, exit_status: int | None = None) -> Step | None:
     """Play ``script`` to the shim on the link until its stream ends;
     ``on_stop(step)`` is called at a strict mismatch and gives the line the
     shim says; ``lock`` is held while a message that is not exact is
     decided (the script's knowledge is the replay's). Returns the step that
     ended the session (a strict stop, a missing message), once the shim
-    has gone, or None. The decisions are in ``script`` (also when this
+    has gone, or None. ``ends_early``: the recorded server's output ended
+    while its client was connected; once every recorded message has been
+    received or sent, the shim is told to close its stdout and exit with
+    ``exit_status`` (None: unknown). The decisions are in ``script`` (also when this
     task is cancelled)."""
     loop = asyncio.get_running_loop()
     ids = Ids()
@@ -135,7 +139,18 @@ async def play(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             script.sent(index)
         await writer.drain()
 
+    async def close_if_done() -> bool:
+        if not ends_early:
+            return False
+        left = script.result()
+        if left["unused"] or left["not_sent"]:
+            return False
+        await end(reader, writer, None, exit_status)
+        return True
+
     await send(script.opening(), loop.time())
+    if await close_if_done():
+        return None
     while (obj := await mcp.read(reader)) is not None and "eof" not in obj:
         line = obj.get("line")
         if not isinstance(line, str):
@@ -160,14 +175,20 @@ async def play(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             await end(reader, writer, reason)
             return step
         await send(step.send, since)
+        if await close_if_done():
+            return None
     return None
 
 
-async def end(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason: str) -> None:
-    """Tell the shim the session ends (``reason``: the line it says) and
-    give it ``CLOSE_GRACE`` seconds to say it and go, before the replay
-    goes on (a strict stop ends the agent's process group)."""
-    writer.write(mcp.encode({"end": reason}))
+async def end(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason: str | None,
+              exit_status: int | None = None) -> None:
+    """Tell the shim the session ends (``reason``: the line it says; None:
+    the recorded server's output ended there, the shim closes its stdout
+    and exits with ``exit_status``) and give it ``CLOSE_GRACE`` seconds to
+    say it and go, before the replay goes on (a strict stop ends the
+    agent's process group)."""
+    writer.write(mcp.encode({"end": reason} if reason is not None
+                            else {"close": exit_status}))
     with contextlib.suppress(TimeoutError, ConnectionError, OSError, mcp.LinkError):
         await writer.drain()
         async with asyncio.timeout(CLOSE_GRACE):

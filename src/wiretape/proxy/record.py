@@ -340,11 +340,19 @@ class Recorder:
         wall, t0 = time.time_ns(), time.monotonic_ns()
         messages: list[Message] = []
         ending, error = Ending.COMPLETE, None
+        status: list[tuple[bytes, bytes]] = []
         try:
             while (obj := await mcp.read(reader)) is not None:
                 line, t = obj.get("line"), obj.get("t")
                 if "error" in obj:
                     ending, error = Ending.ORIGIN_RESET, str(obj["error"])
+                elif isinstance(obj.get("exit"), int):
+                    code = obj["exit"]
+                    status = [(mcp.EXIT_HEADER, str(code).encode())]
+                    if ending is Ending.COMPLETE:
+                        ending = Ending.ORIGIN_RESET
+                        error = (f"MCP server {hello.name!r} ended its output (exit status "
+                                 f"{code}) while its client was still connected")
                 elif isinstance(line, str) and isinstance(t, int):
                     messages.append(mcp.message(str(obj.get("dir")), line, t))
         except mcp.LinkError as exc:
@@ -356,7 +364,7 @@ class Recorder:
             body = json.dumps({"command": list(hello.command)}).encode()
             self._schedule_store(Exchange(
                 seq, 0, hello.origin, wall, Request(mcp.METHOD, mcp.TARGET, (), body),
-                Response(101, b"MCP stdio", (), ()), ending, 0, time.monotonic_ns() - t0,
+                Response(101, b"MCP stdio", tuple(status), ()), ending, 0, time.monotonic_ns() - t0,
                 error, tuple(messages)), None, None)
 
     async def _refuse(self, conn: Responder, request: Request,

@@ -505,8 +505,13 @@ class Replayer:
             return f"wiretape replay: {label} {d['kind']}{where}"
 
         try:
-            ended = await mcp_replay.play(reader, writer, script, pace=self._pace,
-                                          redact=redact, on_stop=stop, lock=self._lock)
+            codes = (header_values(exchange.response.headers, mcp.EXIT_HEADER)
+                     if exchange.response is not None else [])
+            code = codes[0] if codes else None
+            ended = await mcp_replay.play(
+                reader, writer, script, pace=self._pace, redact=redact, on_stop=stop,
+                lock=self._lock, ends_early=exchange.ending is Ending.ORIGIN_RESET,
+                exit_status=int(code) if code is not None and code.isdigit() else None)
         finally:  # (also when the session is cut off: what was decided is kept)
             row["detail"]["messages"] = script.result()
             self._unwritten.append((row, live, time.time_ns()))
