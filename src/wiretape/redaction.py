@@ -1052,15 +1052,28 @@ def _with_echoed(rules: Rules, values: tuple[tuple[str, bytes], ...]) -> Rules:
 
 def redact_messages(messages: Sequence[Message], rules: Rules = STANDARD,
                     ) -> tuple[tuple[Message, ...], list[Redaction]]:
-    """WebSocket messages with every secret in their payloads (a close's
-    reason too) masked, as a body is: ``client-message`` or
-    ``server-message``; and the facts of what was."""
+    """WebSocket and stdio MCP messages with every secret in their
+    payloads (a close's reason too) masked, as a body is, and the
+    credential-named JSON members as in a request's body
+    (``{"password": "..."}``, :func:`redact_message`): ``client-message``
+    or ``server-message``; and the facts of what was."""
     facts = Facts()
     out = []
     for m in messages:
-        payload = redact_text(m.payload, f"{m.direction}-message", rules, facts)[0]
+        location = f"{m.direction}-message"
+        payload = redact_message(m.payload, location, rules, facts)
         out.append(m if payload == m.payload else replace(m, payload=payload))
     return tuple(out), facts.items
+
+
+def redact_message(data: bytes, location: str, rules: Rules = STANDARD,
+                   facts: Facts | None = None) -> bytes:
+    """A text message's payload (JSON, as a WebSocket or JSON-RPC message
+    is) with its credential-named members' string values masked (each by a
+    mask of its length, as in a request's body), then every secret in it."""
+    facts = facts if facts is not None else Facts()
+    return redact_text(_redact_fields(data, location, facts, form=False), location, rules,
+                       facts)[0]
 
 
 # -- the replay side ---------------------------------------------------------------------------
@@ -1175,11 +1188,15 @@ class LiveRedactor:
         return redact_request(request, self.rules)[0] if learned else live
 
     def text(self, data: bytes, location: str, recorded: bytes | None = None,
-             facts: Facts | None = None) -> bytes:
+             facts: Facts | None = None, *, message: bool = False) -> bytes:
         """A live text (output, a file) redacted, learning from ``recorded``
-        (the recording's side of it) first."""
+        (the recording's side of it) first; ``message``: a text message's
+        payload, its credential-named JSON members masked too
+        (:func:`redact_message`)."""
         if recorded is not None:
             self.learn_from(recorded, data)
+        if message:
+            return redact_message(data, location, self.rules, facts)
         return redact_text(data, location, self.rules, facts)[0]
 
 

@@ -496,3 +496,36 @@ def test_a_server_that_ignores_its_stdins_end_is_stopped_by_the_shim(tmp_path: P
         (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
     assert [m.direction for m in session.messages] == ["client", "server"]
     assert session.error is None
+
+
+def test_credential_named_members_of_mcp_messages_are_masked(tmp_path: Path) -> None:
+    """``{"password": ...}`` in a tool call's arguments is masked as in a
+    request's body: never stored, and a replay still matches it exactly."""
+    scene = _raw_scene(tmp_path)
+    call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "login", "arguments": {"password": "hunter2hunter2",
+                                       "api_key": "abc123def456"}}})
+    (scene.root / "in.jsonl").write_text(f"{INITIALIZE}\n{call}\n")
+    agent = "wiretape mcp --name s -- raw-server plain < in.jsonl"
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", "sh", "-c", agent,
+                              server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    assert b"hunter2" not in scene.run.read_bytes()
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
+        facts = [(fact.location, fact.name) for _, fact in run.redactions()]
+    stored = b"".join(m.payload for m in session.messages)
+    assert b"hunter2" not in stored and b"abc123def456" not in stored
+    (arguments,) = [json.loads(m.payload)["params"]["arguments"] for m in session.messages
+                    if b"tools/call" in m.payload]
+    assert [len(v) for v in arguments.values()] == [14, 12]  # (masks of their lengths)
+    assert ("client-message", "password") in facts and ("client-message", "api_key") in facts
+
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", "sh", "-c", agent)
+    assert done.returncode == 0, done.stderr
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["mcp"]["exact"] == 2 and verdict["pass"] is True

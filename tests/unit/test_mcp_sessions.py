@@ -308,3 +308,24 @@ def test_a_replayed_session_answers_a_new_request_id_with_it() -> None:
     assert [d.get("rpc_id") for d in decisions] == [[0, "a"], None, [1, "b"]]
     assert [d.get("method") for d in decisions] == [
         "initialize", "notifications/initialized", "tools/call read"]
+
+
+def test_credential_named_members_of_a_message_are_found_and_masked() -> None:
+    """What ``scan`` and the recorder run on a session: a ``tools/call``'s
+    ``password`` and ``api_key`` are masked by their lengths and reported."""
+    from wiretape.redaction import LiveRedactor, redact_exchange
+
+    call = (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"login",'
+            b'"arguments":{"password":"hunter2hunter2","api_key":"abc123def456","key":"k1"}}}')
+    exchange = Exchange(0, 0, "mcp:s", 0, Request(mcp.METHOD, mcp.TARGET, (), b"{}"),
+                        Response(101, b"MCP stdio", (), ()), Ending.COMPLETE, 0, 0, None,
+                        (mcp.message("client", call.decode(), 5),))
+    stored, facts = redact_exchange(exchange)
+    payload = stored.messages[0].payload
+    assert b"hunter2" not in payload and b"abc123def456" not in payload
+    arguments = json.loads(payload)["params"]["arguments"]
+    assert arguments == {"password": "<redacted****>", "api_key": "<redacted**>", "key": "k1"}
+    assert sorted((f.location, f.name) for f in facts) == [
+        ("client-message", "api_key"), ("client-message", "password")]
+    # a live message at replay is masked alike (so it still matches exactly)
+    assert LiveRedactor().text(call, "client-message", message=True) == payload

@@ -427,7 +427,7 @@ class Replayer:
         route = f"{live.method.decode()} {live.target.decode('latin-1')}"
 
         def redact(payload: bytes, recorded: bytes | None) -> bytes:
-            return self.redactor.text(payload, "client-message", recorded)
+            return self.redactor.text(payload, "client-message", recorded, message=True)
 
         def stop(step: Step) -> str:
             d = step.decision
@@ -493,7 +493,7 @@ class Replayer:
         script = SessionScript(exchange.messages, self._policy, _Shared(self))
 
         def redact(payload: bytes, recorded: bytes | None) -> bytes:
-            return self.redactor.text(payload, "client-message", recorded)
+            return self.redactor.text(payload, "client-message", recorded, message=True)
 
         def stop(step: Step) -> str:
             d = step.decision
