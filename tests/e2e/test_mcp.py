@@ -529,3 +529,24 @@ def test_credential_named_members_of_mcp_messages_are_masked(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     verdict: Any = verdict_of(done.stdout)
     assert verdict["mcp"]["exact"] == 2 and verdict["pass"] is True
+
+
+def test_an_agent_that_leaves_its_shim_behind_gets_no_traceback(tmp_path: Path) -> None:
+    """The agent exits without waiting for its shim, whose server ignores
+    its stdin's end: the recording ends with the session kept, and no
+    traceback."""
+    scene = _raw_scene(tmp_path)
+    agent = RAW_AGENT.replace("print('rest', p.stdout.read())\n", "").replace(
+        "print('shim exit', p.wait())\n", "")
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", sys.executable, "-c", agent,
+                              "linger", server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["answer True"]
+    assert "Traceback" not in done.stderr and "Exception" not in done.stderr, done.stderr
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
+    assert [m.direction for m in session.messages] == ["client", "server"]

@@ -193,6 +193,11 @@ class Hub:
                 await self._on_session(hello, reader, writer)
         except (LinkError, ConnectionError, OSError):
             pass  # a shim that broke the link: its session keeps what crossed
+        except asyncio.CancelledError:
+            # ``close`` cut the session off (it keeps what crossed). Not
+            # raised on: asyncio's stream server (Python 3.11) logs a
+            # traceback for a connection task that ends cancelled.
+            pass
         finally:
             if task is not None:
                 self._tasks.discard(task)
