@@ -9,6 +9,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -59,6 +60,11 @@ def test_the_address_is_found_in_an_ancestors_environment() -> None:
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
                               env={"WIRETAPE_MCP": value, "PATH": "/usr/bin"})
     try:
+        # (the child's /proc entry shows its own environment once it has
+        # started: looked at until then, under a load that may delay it)
+        deadline = time.monotonic() + 20
+        while find_address({}, parent.pid) != value and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert find_address({}, parent.pid) == value
         assert find_address({"WIRETAPE_MCP": "tcp://127.0.0.1:6/own"}, parent.pid) == (
             "tcp://127.0.0.1:6/own")

@@ -810,11 +810,11 @@ class LockWatchingRedactor(LiveRedactor):
         self.seen: list[tuple[bytes, bool, bool]] = []
 
     def text(self, data: bytes, location: str, recorded: bytes | None = None,
-             facts: Any = None) -> bytes:
+             facts: Any = None, *, message: bool = False) -> bytes:
         assert self.lock is not None
         self.seen.append((data[:5], self.lock.locked(),
                           threading.current_thread() is threading.main_thread()))
-        return super().text(data, location, recorded, facts)
+        return super().text(data, location, recorded, facts, message=message)
 
 
 @in_loop
