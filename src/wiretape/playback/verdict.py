@@ -108,6 +108,8 @@ def is_tool_row(row: ReplayRow) -> bool:
     """Whether a replay row is a tool exchange's request (its detail names
     a tool origin)."""
     return exchange_kind(row.get("detail", {}).get("origin", "")) == "tool"
+
+
 class McpCountsJSON(MessageCountsJSON):
     """The stdio MCP sessions (``wiretape mcp``): how many were recorded,
     played, asked for with none left (``missing``) and never asked for
@@ -376,21 +378,11 @@ def compute(
     ``mcp_seqs``: the recorded stdio MCP sessions (in neither), counted
     apart with the rows of method ``MCP``."""
     tools = _tool_counts(tool_seqs, [r for r in rows if is_tool_row(r)], describe or {})
-    rows_all, rows = rows, [r for r in rows if not is_tool_row(r)]
-    counts = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
-    used: set[int] = set()
-    mcp_rows = [row for row in rows if row.get("method") == MCP_METHOD]
-    rows_of_mcp = {id(row) for row in mcp_rows}
-    for row in rows:
-        if id(row) in rows_of_mcp:
-            continue
-        counts[row["kind"]] += 1
-        seq = row.get("seq")
-        if seq is not None:
-            used.add(int(seq))
-    unused = tuple(s for s in recorded_seqs if s not in used)
-    sessions = [row["detail"]["messages"] for row in rows
-                if "messages" in row.get("detail", {}) and id(row) not in rows_of_mcp]
+    mcp_rows = [r for r in rows if not is_tool_row(r) and r.get("method") == MCP_METHOD]
+    model_rows = [r for r in rows if not is_tool_row(r) and r.get("method") != MCP_METHOD]
+    counts, unused = _tally(model_rows, recorded_seqs)
+    sessions = [row["detail"]["messages"] for row in model_rows
+                if "messages" in row.get("detail", {})]
     return Verdict(
         run_id=run_id,
         replay_id=replay_id,
@@ -405,7 +397,7 @@ def compute(
         unused_seqs=unused,
         allow_substitutions=allow_substitutions,
         outcome=(outcome or Outcome()).copy(),
-        requests=tuple(rows_all),
+        requests=tuple(rows),
         unused_exchanges=tuple(_unused(s, (describe or {}).get(s)) for s in unused),
         equivalent=counts["equivalent"],
         allow=tuple(allow),
@@ -421,6 +413,16 @@ def _tool_counts(tool_seqs: Sequence[int], rows: Sequence[ReplayRow],
     there are neither."""
     if not tool_seqs and not rows:
         return None
+    counts, unused = _tally(rows, tool_seqs)
+    return ToolCounts(len(tool_seqs), counts["exact"], counts["substituted"],
+                      counts["equivalent"], counts["diverged"], counts["missing"], unused,
+                      tuple(_unused(s, describe.get(s)) for s in unused))
+
+
+def _tally(rows: Sequence[ReplayRow], recorded_seqs: Sequence[int],
+           ) -> tuple[dict[str, int], tuple[int, ...]]:
+    """The rows counted by kind, and the recorded seqs no row consumed
+    (unused), in recorded order."""
     counts = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
     used: set[int] = set()
     for row in rows:
@@ -428,10 +430,7 @@ def _tool_counts(tool_seqs: Sequence[int], rows: Sequence[ReplayRow],
         seq = row.get("seq")
         if seq is not None:
             used.add(int(seq))
-    unused = tuple(s for s in tool_seqs if s not in used)
-    return ToolCounts(len(tool_seqs), counts["exact"], counts["substituted"],
-                      counts["equivalent"], counts["diverged"], counts["missing"], unused,
-                      tuple(_unused(s, describe.get(s)) for s in unused))
+    return counts, tuple(s for s in recorded_seqs if s not in used)
 
 
 #: The method of a replay row that is a stdio MCP session (``proxy.mcp``).
