@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_intercept import wiretape
 from test_sdk_clients import assert_closed, child_env, explain
 
 from wiretape.intercept.ca import RunCA
@@ -29,8 +29,6 @@ from wiretape.launch.isolate import capabilities
 from wiretape.store import open_run
 from wiretape.testing import FakeProvider, TextTurn
 
-PYTHON = sys.executable
-TIMEOUT = 90
 CURL_PROVIDER = Path(__file__).resolve().parent / "clients_intercept" / "curl_https.sh"
 CAPS = capabilities()
 #: A secret a tool sends to its own service: secret-named in the environment.
@@ -76,12 +74,6 @@ class PageServer:
     def __exit__(self, *_exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def wiretape(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None,
-             ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([PYTHON, "-m", "wiretape", *args], cwd=cwd, env=env or child_env(),
-                          capture_output=True, timeout=TIMEOUT)
 
 
 def verdict_of(run: Path, cwd: Path) -> dict[str, Any]:
