@@ -26,24 +26,24 @@ def test_real_differences_show_both_sides(recorded: bytes, replayed: bytes,
     assert compare_volatile(recorded, replayed).real == (real,)
 
 
-def test_the_replay_summary_shows_the_whole_changed_line(tmp_path: Path) -> None:
+def replay_stderr(tmp_path: Path, recorded: str, replayed: str) -> str:
+    """What a replay prints when the run recorded ``echo RECORDED`` and the
+    replay runs ``echo REPLAYED``."""
     run = tmp_path / "out.wtape"
     rec = subprocess.run([sys.executable, "-m", "wiretape", "record", "-o", str(run),
-                          "--no-snapshot", "--", "echo", "hello [rc=0]"],
+                          "--no-snapshot", "--", "echo", recorded],
                          cwd=tmp_path, capture_output=True, timeout=120)
     assert rec.returncode == 0, rec.stderr
     rep = subprocess.run([sys.executable, "-m", "wiretape", "replay", str(run), "--",
-                          "echo", " [rc=7]"], cwd=tmp_path, capture_output=True, timeout=120)
-    assert "  at line 1: 'hello [rc=0]' -> ' [rc=7]'" in rep.stderr.decode(), rep.stderr
+                          "echo", replayed], cwd=tmp_path, capture_output=True, timeout=120)
+    return rep.stderr.decode()
+
+
+def test_the_replay_summary_shows_the_whole_changed_line(tmp_path: Path) -> None:
+    stderr = replay_stderr(tmp_path, "hello [rc=0]", " [rc=7]")
+    assert "  at line 1: 'hello [rc=0]' -> ' [rc=7]'" in stderr, stderr
 
 
 def test_the_replay_summary_shows_an_added_member_with_its_value(tmp_path: Path) -> None:
-    run = tmp_path / "out.wtape"
-    rec = subprocess.run([sys.executable, "-m", "wiretape", "record", "-o", str(run),
-                          "--no-snapshot", "--", "echo", '{"a": 1}'],
-                         cwd=tmp_path, capture_output=True, timeout=120)
-    assert rec.returncode == 0, rec.stderr
-    rep = subprocess.run([sys.executable, "-m", "wiretape", "replay", str(run), "--",
-                          "echo", '{"a": 1, "error": "boom"}'],
-                         cwd=tmp_path, capture_output=True, timeout=120)
-    assert "  at /error: (absent) -> 'boom'" in rep.stderr.decode(), rep.stderr
+    stderr = replay_stderr(tmp_path, '{"a": 1}', '{"a": 1, "error": "boom"}')
+    assert "  at /error: (absent) -> 'boom'" in stderr, stderr
