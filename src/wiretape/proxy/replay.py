@@ -55,7 +55,7 @@ from wiretape.proxy import mcp, mcp_replay, ws_replay
 from wiretape.proxy.http1 import ClientConnection, ClientGone, Handler, Responder
 from wiretape.proxy.shapes import error_response, unreachable_response
 from wiretape.proxy.websocket import is_upgrade
-from wiretape.redaction import REDACTED, LiveRedactor, Rules, redact_request, redact_text
+from wiretape.redaction import REDACTED, Facts, LiveRedactor, Rules, redact_pieces, redact_request
 from wiretape.store.runfile import RunFile
 
 
@@ -274,7 +274,11 @@ class Replayer:
                                                                  b"content-encoding"):
                 continue
             rules = self.redactor.rules
-            if redact_text(request.body, "request-body", rules)[0] == request.body:
+            # (the body as redact_request redacts one: its credential-named
+            # fields too)
+            body, _ = redact_pieces([request.body], request.headers, "request-body", Facts(),
+                                    rules, fields=True)
+            if body == [request.body]:
                 self._clean[seq] = rules
 
     @contextlib.asynccontextmanager
