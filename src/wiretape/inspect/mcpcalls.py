@@ -62,6 +62,13 @@ class McpCall:
     error: str | None = None
     caused_by: str | None = None
 
+    @property
+    def answer(self) -> str:
+        """The result's text, ``error: MESSAGE``, or ``(no response)``."""
+        if self.result is not None:
+            return self.result
+        return f"error: {self.error}" if self.error is not None else "(no response)"
+
     def to_json(self) -> McpCallJSON:
         return {"seq": self.seq, "server": self.server, "message": self.message,
                 "method": self.method, "tool": self.tool, "arguments": self.arguments,
