@@ -370,17 +370,15 @@ def compute(
     counts = {"exact": 0, "substituted": 0, "equivalent": 0, "diverged": 0, "missing": 0}
     used: set[int] = set()
     mcp_rows = [row for row in rows if row.get("method") == MCP_METHOD]
-    rows_of_mcp = {id(row) for row in mcp_rows}
+    rows = [row for row in rows if row.get("method") != MCP_METHOD]
     for row in rows:
-        if id(row) in rows_of_mcp:
-            continue
         counts[row["kind"]] += 1
         seq = row.get("seq")
         if seq is not None:
             used.add(int(seq))
     unused = tuple(s for s in recorded_seqs if s not in used)
     sessions = [row["detail"]["messages"] for row in rows
-                if "messages" in row.get("detail", {}) and id(row) not in rows_of_mcp]
+                if "messages" in row.get("detail", {})]
     return Verdict(
         run_id=run_id,
         replay_id=replay_id,
