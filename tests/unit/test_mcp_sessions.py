@@ -269,6 +269,28 @@ def test_mcp_calls_pair_with_the_model_calls_that_caused_them() -> None:
         (5, "tools/call", "other", None, None, None)]
 
 
+
+def test_calls_with_long_arguments_pair_by_their_whole_arguments() -> None:
+    """Arguments longer than the shown excerpt (clipped) are compared whole:
+    two calls of one tool made in the other order still pair each with
+    the model's call that has its arguments."""
+    a = {"path": "a.txt", "text": "x" * 200}
+    b = {"path": "b.txt", "text": "y  y" * 50}  # (spaces the excerpt would collapse)
+
+    def call(rid: int, args: dict[str, object], at: int) -> Message:
+        return Message("client", Opcode.TEXT, line(jsonrpc="2.0", id=rid, method="tools/call",
+                                                   params={"name": "write", "arguments": args}),
+                       at)
+
+    session = _mcp_exchange(0, 1_000, [call(1, b, 3_000), call(2, a, 4_000)])
+    model = Exchange(1, 1, "openai", 2_000, Request(b"POST", b"/v1/x", (), b""), None,
+                     Ending.COMPLETE, 1, 1)
+    ledger = Ledger((LedgerEntry("ca", "write", json.dumps(a), 1, None),
+                     LedgerEntry("cb", "write", json.dumps(b), 1, None)))
+    calls = mcp_calls([session, model], ledger)
+    assert all(c.arguments.endswith("...") for c in calls)
+    assert [(c.message, c.caused_by) for c in calls] == [(0, "cb"), (1, "ca")]
+
 def test_a_replayed_session_answers_a_new_request_id_with_it() -> None:
     """Over a real loopback link: the client's request ids differ from the
     recording's (its own numbering): the messages are exact, the learned
