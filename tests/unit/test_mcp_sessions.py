@@ -9,6 +9,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -268,6 +269,28 @@ def test_mcp_calls_pair_with_the_model_calls_that_caused_them() -> None:
         (5, "tools/call", "other", None, None, None)]
 
 
+
+def test_calls_with_long_arguments_pair_by_their_whole_arguments() -> None:
+    """Arguments longer than the shown excerpt (clipped) are compared whole:
+    two calls of one tool made in the other order still pair each with
+    the model's call that has its arguments."""
+    a = {"path": "a.txt", "text": "x" * 200}
+    b = {"path": "b.txt", "text": "y  y" * 50}  # (spaces the excerpt would collapse)
+
+    def call(rid: int, args: dict[str, object], at: int) -> Message:
+        return Message("client", Opcode.TEXT, line(jsonrpc="2.0", id=rid, method="tools/call",
+                                                   params={"name": "write", "arguments": args}),
+                       at)
+
+    session = _mcp_exchange(0, 1_000, [call(1, b, 3_000), call(2, a, 4_000)])
+    model = Exchange(1, 1, "openai", 2_000, Request(b"POST", b"/v1/x", (), b""), None,
+                     Ending.COMPLETE, 1, 1)
+    ledger = Ledger((LedgerEntry("ca", "write", json.dumps(a), 1, None),
+                     LedgerEntry("cb", "write", json.dumps(b), 1, None)))
+    calls = mcp_calls([session, model], ledger)
+    assert all(c.arguments.endswith("...") for c in calls)
+    assert [(c.message, c.caused_by) for c in calls] == [(0, "cb"), (1, "ca")]
+
 def test_a_replayed_session_answers_a_new_request_id_with_it() -> None:
     """Over a real loopback link: the client's request ids differ from the
     recording's (its own numbering): the messages are exact, the learned
@@ -315,6 +338,57 @@ def test_a_replayed_session_answers_a_new_request_id_with_it() -> None:
     assert [d.get("method") for d in decisions] == [
         "initialize", "notifications/initialized", "tools/call read"]
 
+
+
+def test_each_replayed_line_is_redacted_holding_the_replay_s_lock() -> None:
+    """Redaction learns into rules the replay's requests share: each live
+    client line is redacted holding the replayer's lock, a small one on
+    the loop, a large one on a worker thread (as a WebSocket message is)."""
+    from wiretape.playback.pacing import Pace
+    from wiretape.proxy.mcp_replay import play
+
+    big = line(jsonrpc="2.0", id=2, method="tools/call",
+               params={"name": "write", "arguments": {"text": "y" * 10_000}})
+    recorded = [
+        Message("client", Opcode.TEXT, line(jsonrpc="2.0", id=1, method="ping"), 0),
+        Message("server", Opcode.TEXT, line(jsonrpc="2.0", id=1, result={}), 5),
+        Message("client", Opcode.TEXT, big, 7),
+        Message("server", Opcode.TEXT, line(jsonrpc="2.0", id=2, result={"ok": 1}), 9)]
+    script = SessionScript(recorded)
+    lock = asyncio.Lock()
+    seen: list[tuple[int, bool, bool]] = []
+
+    def redact(payload: bytes, _recorded: bytes | None) -> bytes:
+        seen.append((len(payload), lock.locked(),
+                     threading.current_thread() is threading.main_thread()))
+        return payload
+
+    async def scenario() -> list[object]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await play(reader, writer, script, pace=Pace.FAST, redact=redact,
+                       on_stop=lambda _s: "stop", lock=lock)
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for text in (line(jsonrpc="2.0", id=1, method="ping"), big):
+            writer.write(mcp.encode({"line": text.decode()}))
+        writer.write(mcp.encode({"eof": 1}))
+        got = []
+        while (obj := await mcp.read(reader)) is not None:
+            got.append(json.loads(str(obj["line"])))
+        writer.close()
+        server.close()
+        return got
+
+    answers = asyncio.run(scenario())
+    assert answers == [{"jsonrpc": "2.0", "id": 1, "result": {}},
+                       {"jsonrpc": "2.0", "id": 2, "result": {"ok": 1}}]
+    assert seen == [(len(recorded[0].payload), True, True), (len(big), True, False)]
+    assert [d["kind"] for d in script.result()["decisions"]] == ["exact", "exact"]
+    assert [d.get("method") for d in script.result()["decisions"]] == [
+        "ping", "tools/call write"]
 
 def test_credential_named_members_of_a_message_are_found_and_masked() -> None:
     """What ``scan`` and the recorder run on a session: a ``tools/call``'s

@@ -122,8 +122,7 @@ def mcp_call_lines(calls: Sequence[McpCall], style: Style = click.style) -> list
     rows = [[_p(cell) for cell in (
                 f"#{c.seq} {c.server}", f"#{c.message}",
                 c.method + (f" {c.tool}" if c.tool else ""), _clip(c.arguments, 40),
-                _clip(c.result if c.result is not None else
-                      f"error: {c.error}" if c.error is not None else "(no response)", 40),
+                _clip(c.answer, 40),
                 c.caused_by or "-")] for c in calls]
     lines += ["  " + line for line in table(rows, ["session", "message", "method", "arguments",
                                                    "result", "for tool call"])]

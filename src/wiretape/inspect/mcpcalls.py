@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
 from wiretape.inspect.ledger import Ledger, LedgerEntry
@@ -61,6 +61,16 @@ class McpCall:
     result: str | None = None
     error: str | None = None
     caused_by: str | None = None
+    #: the arguments as sent (``arguments`` is clipped for display): what
+    #: a tool call's arguments are compared with
+    sent_arguments: JSONValue = field(default=None, repr=False, compare=False)
+
+    @property
+    def answer(self) -> str:
+        """The result's text, ``error: MESSAGE``, or ``(no response)``."""
+        if self.result is not None:
+            return self.result
+        return f"error: {self.error}" if self.error is not None else "(no response)"
 
     def to_json(self) -> McpCallJSON:
         return {"seq": self.seq, "server": self.server, "message": self.message,
@@ -125,7 +135,8 @@ def session_calls(exchange: Exchange) -> list[McpCall]:
             error = _clip(str(err.get("message") if isinstance(err, dict) else err))
         calls.append(McpCall(exchange.seq, server, index, method, tool,
                              _clip(json.dumps(arguments, ensure_ascii=False)),
-                             exchange.started_at_ns + m.offset_ns, result, error))
+                             exchange.started_at_ns + m.offset_ns, result, error,
+                             sent_arguments=arguments))
     return calls
 
 
@@ -135,7 +146,7 @@ def _same_tool(call_name: str, tool: str) -> bool:
 
 def _same_arguments(entry: LedgerEntry, call: McpCall) -> bool:
     try:
-        return bool(json.loads(entry.arguments) == json.loads(call.arguments))
+        return bool(json.loads(entry.arguments) == call.sent_arguments)
     except ValueError:
         return False
 

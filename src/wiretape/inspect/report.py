@@ -187,12 +187,10 @@ def ledger_table(ledger: Ledger, calls: Sequence[McpCall] = ()) -> str:
                     "<th>message</th><th>method</th><th>arguments</th><th>result</th>"
                     "<th>for tool call</th></tr></thead><tbody>")
         for c in calls:
-            result = (c.result if c.result is not None else
-                      f"error: {c.error}" if c.error is not None else "(no response)")
             body.append(
                 f'<tr class="link mcp" data-goto="{c.seq}"><td>#{c.seq} {_e(c.server)}</td>'
                 f"<td>#{c.message}</td><td class=\"mono\">{_e(c.method)} {_e(c.tool or '')}</td>"
-                f'<td class="mono">{_e(c.arguments[:300])}</td><td>{_e(result)}</td>'
+                f'<td class="mono">{_e(c.arguments[:300])}</td><td>{_e(c.answer)}</td>'
                 f'<td class="mono">{_e(c.caused_by or "-")}</td></tr>')
     notes = "".join(
         f'<p class="muted">Result in #{s} for a call no recorded response issued: '

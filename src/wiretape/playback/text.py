@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 from wiretape.matching.correspond import duration
 from wiretape.matching.volatile import ABSENT
-from wiretape.playback.messages import message_label
+from wiretape.playback.messages import MessageCounts, message_label
 
 
 class Style(Protocol):
@@ -84,14 +84,9 @@ def _mcp_part(v: Verdict) -> str:
     c = v.mcp
     if c is None:
         return ""
-    m = c.messages
     missing = f" (missing {c.missing})" if c.missing else ""
-    substituted = f"substituted {m.substituted}, " if m.substituted else ""
-    equivalent = f"equivalent {m.equivalent}, " if m.equivalent or v.allow else ""
-    not_sent = f" (server messages not sent: {m.not_sent})" if m.not_sent else ""
-    return (f"; mcp: sessions {c.played}/{c.recorded}{missing}, exact {m.exact}, "
-            f"{substituted}{equivalent}diverged {m.diverged}, missing {m.missing}, "
-            f"unused {m.unused}{not_sent}")
+    return (f"; mcp: sessions {c.played}/{c.recorded}{missing}, "
+            f"{_message_counts(c.messages, v.allow)}")
 
 
 def row_label(row: ReplayRow) -> str:
@@ -113,12 +108,19 @@ def _messages_part(v: Verdict) -> str:
     m = v.messages
     if m is None:
         return ""
-    substituted = f"substituted {m.substituted}, " if m.substituted else ""
     # The replay's rules are named once: here when no request needed them.
     rules = f" ({_rules_word(v)})" if m.equivalent and not v.equivalent else ""
-    equivalent = f"equivalent {m.equivalent}{rules}, " if m.equivalent or v.allow else ""
+    return f"; messages: {_message_counts(m, v.allow, rules)}"
+
+
+def _message_counts(m: MessageCounts, allow: Sequence[str], rules: str = "") -> str:
+    """``exact N, [substituted N, ][equivalent N RULES, ]diverged N,
+    missing N, unused N[ (server messages not sent: N)]``: substituted when
+    any was; equivalent when any was or rules are allowed."""
+    substituted = f"substituted {m.substituted}, " if m.substituted else ""
+    equivalent = f"equivalent {m.equivalent}{rules}, " if m.equivalent or allow else ""
     not_sent = f" (server messages not sent: {m.not_sent})" if m.not_sent else ""
-    return (f"; messages: exact {m.exact}, {substituted}{equivalent}diverged {m.diverged}, "
+    return (f"exact {m.exact}, {substituted}{equivalent}diverged {m.diverged}, "
             f"missing {m.missing}, unused {m.unused}{not_sent}")
 
 

@@ -216,11 +216,8 @@ class Verdict:
         """Every recorded MCP session was played and every shim found one,
         and their messages pass as a WebSocket session's do."""
         c = self.mcp
-        if c is None:
-            return True
-        m = c.messages
-        return (c.missing == c.unused == 0 and m.diverged == m.missing == m.unused == 0
-                and (self.allow_substitutions or m.substituted == 0))
+        return c is None or (c.missing == c.unused == 0
+                             and _messages_pass(c.messages, self.allow_substitutions))
 
     @property
     def messages_pass(self) -> bool:
@@ -229,8 +226,7 @@ class Verdict:
         allowed) and every recorded client message was; a recorded server
         message not sent fails nothing by itself (it is reported)."""
         m = self.messages
-        return m is None or (m.diverged == m.missing == m.unused == 0
-                             and (self.allow_substitutions or m.substituted == 0))
+        return m is None or _messages_pass(m, self.allow_substitutions)
 
     @property
     def reused(self) -> int:
@@ -310,20 +306,14 @@ class Verdict:
     def to_json(self) -> VerdictJSON:
         out = self._to_json()
         if self.messages is not None:
-            m = self.messages
-            out["messages"] = {"exact": m.exact, "substituted": m.substituted,
-                               "equivalent": m.equivalent, "diverged": m.diverged,
-                               "missing": m.missing, "unused": m.unused,
-                               "not_sent": m.not_sent}
+            out["messages"] = _messages_json(self.messages)
         if self.tools is not None:
             out["tools"] = self.tools.to_json(self.allow_substitutions)
         if self.mcp is not None:
-            c, m = self.mcp, self.mcp.messages
+            c = self.mcp
             out["mcp"] = {"sessions": {"recorded": c.recorded, "played": c.played,
                                        "missing": c.missing, "unused": c.unused},
-                          "exact": m.exact, "substituted": m.substituted,
-                          "equivalent": m.equivalent, "diverged": m.diverged,
-                          "missing": m.missing, "unused": m.unused, "not_sent": m.not_sent}
+                          **_messages_json(c.messages)}
         return out
 
     def _to_json(self) -> VerdictJSON:
@@ -445,6 +435,20 @@ def _mcp_counts(recorded: Sequence[int], rows: Sequence[ReplayRow]) -> McpCounts
         unused=sum(1 for seq in recorded if seq not in played),
         messages=message_counts([row["detail"]["messages"] for row in rows
                                  if "messages" in row.get("detail", {})]))
+
+
+def _messages_pass(m: MessageCounts, allow_substitutions: bool) -> bool:
+    """Every live client message was matched (substituted only when that is
+    allowed) and every recorded client message was; a recorded server
+    message not sent fails nothing by itself."""
+    return m.diverged == m.missing == m.unused == 0 and (allow_substitutions
+                                                         or m.substituted == 0)
+
+
+def _messages_json(m: MessageCounts) -> MessageCountsJSON:
+    return {"exact": m.exact, "substituted": m.substituted, "equivalent": m.equivalent,
+            "diverged": m.diverged, "missing": m.missing, "unused": m.unused,
+            "not_sent": m.not_sent}
 
 
 def _unused(seq: int, summary: ExchangeSummary | None) -> UnusedExchange:

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import re
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
 from wiretape.model import JSONValue, Message, Opcode
-from wiretape.playback.decide import INLINE_BYTES
 from wiretape.playback.messages import SessionScript, Step, message_label
 from wiretape.playback.pacing import Pace
-from wiretape.proxy import mcp
+from wiretape.proxy import mcp, ws_replay
 
 #: Seconds a shim told that its session ends has to say so and go.
 CLOSE_GRACE = 2.0
@@ -109,6 +109,16 @@ class Ids:
         return _swap_id(payload, rec_id, self._live_of[key]) or payload
 
 
+def _as_recorded(redact: Redact, ids: Ids, note: dict[str, list[JSONValue]],
+                 methods: list[str | None], payload: bytes, recorded: bytes | None) -> bytes:
+    """A live client line redacted, its id read as ``recorded``'s
+    (:meth:`Ids.to_recorded`, noting into ``note``); its JSON-RPC method
+    appended to ``methods``. Runs under the replay's lock."""
+    payload = ids.to_recorded(redact(payload, recorded), recorded, note)
+    methods.append(mcp.jsonrpc_method(payload))
+    return payload
+
+
 async def play(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                script: SessionScript, *, pace: Pace, redact: Redact,
                on_stop: Callable[[Step], str],
@@ -116,9 +126,10 @@ async def play(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                ends_early: bool = False, exit_status: int | None = None) -> Step | None:
     """Play ``script`` to the shim on the link until its stream ends;
     ``on_stop(step)`` is called at a strict mismatch and gives the line the
-    shim says; ``lock`` is held while a message that is not exact is
-    decided (the script's knowledge is the replay's). Returns the step that
-    ended the session (a strict stop, a missing message), once the shim
+    shim says; ``lock`` is held while each client line is redacted and
+    decided, off the loop when it is large (``ws_replay.decide``: the
+    redaction rules and the script's knowledge are the replay's). Returns
+    the step that ended the session (a strict stop, a missing message), once the shim
     has gone, or None. ``ends_early``: the recorded server's output ended
     while its client was connected; once every recorded message has been
     received or sent, the shim is told to close its stdout and exit with
@@ -156,18 +167,15 @@ async def play(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         if not isinstance(line, str):
             continue
         since = loop.time()
-        at = script.peek(Opcode.TEXT)
-        recorded = script.messages[at].payload if at is not None else None
-        payload = redact(mcp.bytes_of(line), recorded)
         note: dict[str, list[JSONValue]] = {}
-        payload = ids.to_recorded(payload, recorded, note)
-        live = Message("client", Opcode.TEXT, payload, 0)
-        step = await _decide(script, live, lock)
+        methods: list[str | None] = []
+        live = Message("client", Opcode.TEXT, mcp.bytes_of(line), 0)
+        step = await ws_replay.decide(
+            script, live, functools.partial(_as_recorded, redact, ids, note, methods), lock)
         if "rpc_id" in note:
             step.decision["rpc_id"] = note["rpc_id"]
-        method = mcp.jsonrpc_method(payload)
-        if method is not None:
-            step.decision["method"] = method
+        if methods and methods[0] is not None:
+            step.decision["method"] = methods[0]
         if step.end:
             reason = on_stop(step) if step.stop else (
                 f"wiretape replay: {message_label(step.decision)} (missing: nothing recorded "
@@ -195,14 +203,3 @@ async def end(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason
             while await mcp.read(reader) is not None:
                 pass
 
-
-async def _decide(script: SessionScript, live: Message,
-                  lock: AbstractAsyncContextManager[object]) -> Step:
-    """``script.receive(live)``: at once when it is exact; else holding
-    ``lock``, off the loop when the payload is large."""
-    if script.is_exact(live):
-        return script.receive(live)
-    async with lock:
-        if len(live.payload) <= INLINE_BYTES:
-            return script.receive(live)
-        return await asyncio.to_thread(script.receive, live)

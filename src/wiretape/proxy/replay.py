@@ -31,6 +31,7 @@ from wiretape.model import (
     TOOL_ORIGIN_PREFIX,
     Ending,
     Exchange,
+    MessageDecisionJSON,
     ReplayRow,
     Request,
     RequestDetail,
@@ -430,15 +431,9 @@ class Replayer:
                                withheld=never_received(exchange.messages, exchange.ending))
         route = f"{live.method.decode()} {live.target.decode('latin-1')}"
 
-        def redact(payload: bytes, recorded: bytes | None) -> bytes:
-            return self.redactor.text(payload, "client-message", recorded, message=True)
-
         def stop(step: Step) -> str:
             d = step.decision
-            where = ""
-            spans = d.get("explanation", {}).get("spans", [])
-            if spans and spans[0]["pointer"] is not None:
-                where = f" at {spans[0]['pointer'] or '/'}"
+            where = _where(d)
             label = message_label(d)
             self.stopped = f"{d['kind']} {label} of the WebSocket session {route}{where}"
             if self._on_stop is not None:
@@ -447,11 +442,16 @@ class Replayer:
 
         try:
             await ws_replay.play(conn, request, exchange, script, pace=self._pace,
-                                 redact=redact, on_stop=stop, lock=self._lock,
+                                 redact=self._redact_message, on_stop=stop, lock=self._lock,
                                  close_timeout=self._close_timeout)
         finally:  # (also when the session is cut off: what was decided is kept)
             row["detail"]["messages"] = script.result()
             self._unwritten.append((row, live, time.time_ns()))
+
+    def _redact_message(self, payload: bytes, recorded: bytes | None) -> bytes:
+        """A live client message of a session redacted as the recording was
+        (``recorded``: the payload it is compared with; None: none)."""
+        return self.redactor.text(payload, "client-message", recorded, message=True)
 
     async def mcp_session(self, hello: mcp.Hello, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
@@ -496,14 +496,9 @@ class Replayer:
             return
         script = SessionScript(exchange.messages, self._policy, _Shared(self))
 
-        def redact(payload: bytes, recorded: bytes | None) -> bytes:
-            return self.redactor.text(payload, "client-message", recorded, message=True)
-
         def stop(step: Step) -> str:
             d = step.decision
-            spans = d.get("explanation", {}).get("spans", [])
-            where = (f" at {spans[0]['pointer'] or '/'}"
-                     if spans and spans[0]["pointer"] is not None else "")
+            where = _where(d)
             label = message_label(d)  # (names the JSON-RPC method)
             self.stopped = f"{d['kind']} {label} of MCP server {hello.name!r}{where}"
             return f"wiretape replay: {label} {d['kind']}{where}"
@@ -513,7 +508,7 @@ class Replayer:
                      if exchange.response is not None else [])
             code = codes[0] if codes else None
             ended = await mcp_replay.play(
-                reader, writer, script, pace=self._pace, redact=redact, on_stop=stop,
+                reader, writer, script, pace=self._pace, redact=self._redact_message, on_stop=stop,
                 lock=self._lock, ends_early=exchange.ending is Ending.ORIGIN_RESET,
                 exit_status=int(code) if code is not None and code.isdigit() else None)
         finally:  # (also when the session is cut off: what was decided is kept)
@@ -669,6 +664,13 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
     delay = when - loop.time()
     if delay > 0:
         await asyncio.sleep(delay)
+
+
+def _where(d: MessageDecisionJSON) -> str:
+    """`` at POINTER`` of a message decision's first difference (``/``: the
+    whole payload), or "" when it names none."""
+    spans = d.get("explanation", {}).get("spans", [])
+    return f" at {spans[0]['pointer'] or '/'}" if spans and spans[0]["pointer"] is not None else ""
 
 
 def _shown(live: Request, tool: str | None) -> str:

@@ -121,7 +121,7 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
             for live in received.messages:
                 if live.opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CLOSE):
                     continue  # pings are answered by the protocol itself
-                step = await _decide(script, live, redact, lock)
+                step = await decide(script, live, redact, lock)
                 if step.end:
                     reason = on_stop(step) if step.stop else (
                         f"wiretape replay: {message_label(step.decision)} (missing: nothing "
@@ -158,12 +158,12 @@ async def play(conn: ClientConnection, request: Request, exchange: Exchange,
         await peer.hang_up()
 
 
-async def _decide(script: SessionScript, live: Message, redact: Redact,
+async def decide(script: SessionScript, live: Message, redact: Redact,
                   lock: AbstractAsyncContextManager[object] | None) -> Step:
     """``script.receive`` of ``live`` redacted, holding ``lock`` (redaction
     learns into rules the replay's HTTP exchanges share, and the script's
     knowledge is shared too): on the loop when the payload is small, else
-    on a worker thread, as an HTTP request is."""
+    on a worker thread, as an HTTP request is (also ``mcp_replay``'s)."""
     if lock is None:
         return _receive(script, live, redact)
     async with lock:
