@@ -245,7 +245,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                 f"exchange{'s' if len(exchanges) != 1 else ''}; give --from 0 to "
                 f"{len(exchanges)} (`wiretape show {run_ref(parent_path, info.run_id)}` lists "
                 "its checkpoints)")
-        points = checkpoints(parent)
+        points = checkpoints(parent, exchanges)
         if settings.model is not None:
             _check_rewritable(info.run_id, settings.model, exchanges[upto:])
         upstreams = _upstreams(info, settings.upstreams)
