@@ -251,7 +251,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
         upstreams = _upstreams(info, settings.upstreams)
         await _check_reachable(upstreams, exchanges[upto:],
                                settings.upstream_options)
-        if not settings.live_files and not parent.snapshots():
+        if not settings.live_files and not parent.snapshots(contents=False):
             raise UsageError(no_snapshot_message(info.run_id))
         command, sandbox, launch = _plan_replay(
             stack, parent, parent_path, info, list(settings.argv or ()) or None,
@@ -602,7 +602,7 @@ def check_parent(parent_path: Path, yes: bool, argv: Sequence[str] | None) -> No
     command of someone else's without ``yes``. Raises UsageError."""
     with RunFile.open(parent_path) as parent:
         info = parent.info()
-        if not parent.snapshots():
+        if not parent.snapshots(contents=False):
             raise UsageError(f"run {info.run_id} has no snapshot of its files, so compare's "
                              "forks would all run on (and change) the same live files: record "
                              "it again with snapshots (without --no-snapshot) to compare on it")
