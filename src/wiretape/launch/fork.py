@@ -36,8 +36,7 @@ from urllib.parse import urlsplit
 from wiretape import __version__
 from wiretape.errors import Interrupted, PortInUse, RunFileError, UsageError
 from wiretape.inspect.checkpoints import checkpoints
-from wiretape.inspect.forks import usage_of
-from wiretape.inspect.formats import read_exchange
+from wiretape.inspect.forks import live_usage
 from wiretape.inspect.prices import PriceTable
 from wiretape.launch import config, isolate, trust
 from wiretape.launch.child import Child, Interrupts, run_child
@@ -358,10 +357,9 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
             run.add_extra({"fork_verify": settings.verify,
                            "fork_verify_status": str(verify_status)})
         live = [e for e in run.exchanges() if e.seq >= upto]
-        input_tokens, output_tokens = usage_of(live)
+        input_tokens, output_tokens, asked = live_usage(live)
         # The rewrite's model only when it was sent; else what the agent named.
-        live_model = (settings.model if engine.stats.rewritten else None) or next(
-            (m for m in (read_exchange(e).request.model for e in live) if m), None)
+        live_model = (settings.model if engine.stats.rewritten else None) or asked
         unreachable = [(e.origin, e.error or e.ending.value) for e in live
                        if e.ending in (Ending.ORIGIN_UNREACHABLE, Ending.TIMEOUT)]
         explanation = next((row["detail"].get("explanation") for row in engine.replayer.rows
