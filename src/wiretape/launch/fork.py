@@ -27,10 +27,10 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 from wiretape import __version__
@@ -82,6 +82,8 @@ VERIFY_TIMEOUT_S = 600.0
 #: The verify status recorded when it was ended for running too long
 #: (as timeout(1) reports it).
 VERIFY_TIMEOUT_STATUS = 124
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -200,17 +202,26 @@ async def fork(parent_path: Path, settings: ForkSettings, *,
     upstream reachable, a bad ``--upstream``), CommandNotFound, PortInUse,
     Interrupted.
     """
+    return await _signals_end(
+        handle_signals, "before the fork's agent started; nothing was forwarded",
+        lambda interrupts: _fork(parent_path, settings, echo_stdout, echo_stderr,
+                                 on_listening, interrupts))
+
+
+async def _signals_end(handle_signals: bool, when: str,
+                       work: Callable[[Interrupts | None], Awaitable[T]]) -> T:
+    """``work`` awaited, with SIGINT and SIGTERM taken while it runs when
+    ``handle_signals`` (the Interrupts it is given, else None): a signal
+    that cancels it ends it with Interrupted (``when``: where it stopped)."""
     interrupts = Interrupts() if handle_signals else None
     with interrupts or contextlib.nullcontext():
         try:
-            return await _fork(parent_path, settings, echo_stdout, echo_stderr, on_listening,
-                               interrupts)
+            return await work(interrupts)
         except asyncio.CancelledError:
             if interrupts is None or not interrupts.cancelled or interrupts.signum is None:
                 raise
             interrupts.uncancel()
-            raise Interrupted(interrupts.signum, "before the fork's agent started; nothing "
-                                                 "was forwarded") from None
+            raise Interrupted(interrupts.signum, when) from None
 
 
 async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO | None,
@@ -637,18 +648,11 @@ async def compare(parent_path: Path, upto: int, models: Sequence[str], verify: s
     names = check_models(models)
     upto = check_upto(upto, "--from")
     check_parent(parent_path, yes, argv)
-    interrupts = Interrupts() if handle_signals else None
-    with interrupts or contextlib.nullcontext():
-        try:
-            return await _compare(parent_path, upto, names, verify, jobs, upstreams,
-                                  upstream_options or UpstreamOptions(), on_done, on_start,
-                                  out_dir, argv, verify_timeout_s)
-        except asyncio.CancelledError:
-            if interrupts is None or not interrupts.cancelled or interrupts.signum is None:
-                raise
-            interrupts.uncancel()
-            raise Interrupted(interrupts.signum, "during compare: its forks' agents and "
-                              "verify commands were stopped") from None
+    return await _signals_end(
+        handle_signals, "during compare: its forks' agents and verify commands were stopped",
+        lambda _: _compare(parent_path, upto, names, verify, jobs, upstreams,
+                           upstream_options or UpstreamOptions(), on_done, on_start, out_dir,
+                           argv, verify_timeout_s))
 
 
 async def _compare(parent_path: Path, upto: int, models: list[str], verify: str, jobs: int,
