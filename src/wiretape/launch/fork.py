@@ -57,7 +57,6 @@ from wiretape.model import (
     Origin,
     Redaction,
     RunInfo,
-    header_values,
 )
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.playback.decide import Mode, Policy
@@ -65,6 +64,7 @@ from wiretape.proxy.fork import Fork
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
+from wiretape.proxy.websocket import is_upgrade
 from wiretape.redaction import STANDARD, Facts, Rules, secret_values
 from wiretape.scrub.places import redact_entry, rules_redactor, unique
 from wiretape.snapshot.tree import compare as compare_trees
@@ -397,10 +397,9 @@ def _missing_folder(folder: Path) -> Path | None:
 
 
 def _is_websocket(exchange: Exchange) -> bool:
-    """An upgrade to WebSocket (RFC 6455 §4.1: ``Upgrade: websocket``)."""
-    return bool(exchange.messages) or any(
-        v.strip().lower() == b"websocket"
-        for v in header_values(exchange.request.headers, b"upgrade"))
+    """A WebSocket session: messages stored, or an upgrade the proxy takes
+    as one (``proxy.websocket.is_upgrade``, RFC 6455 §4.1)."""
+    return bool(exchange.messages) or is_upgrade(exchange.request.headers)
 
 
 def _check_rewritable(run_id: str, model: str, live: Sequence[Exchange]) -> None:
