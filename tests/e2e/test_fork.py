@@ -222,7 +222,7 @@ def test_bad_input_is_one_line(parent: tuple[Path, Path], tmp_path: Path) -> Non
 
 
 def test_the_price_table_knows_dated_names_and_says_nothing_of_unknown_ones() -> None:
-    table = PriceTable.with_overrides({"fake-fixer": (1.0, 2.0)}, "wiretape.toml")
+    table = PriceTable.with_overrides({"fake-fixer": (1.0, 2.0)})
     assert table.price("gpt-4o-mini-2024-07-18") == table.price("gpt-4o-mini") == (0.15, 0.60)
     assert table.price("gpt-4o-2024-08-06") == (2.50, 10.00)
     assert table.price("gpt-4o-mini-tts") is None

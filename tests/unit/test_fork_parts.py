@@ -125,7 +125,7 @@ def test_the_reports_fork_table_says_interrupted_and_names_each_verify_that_diff
         return ForkSummary(run_id, Path(f"{run_id}.wtape"), 1, "m", 2, exit_status, 10, 5,
                            verify, 1, 3.0)
 
-    prices = PriceTable.with_overrides({}, None)
+    prices = PriceTable.with_overrides({})
     page = forks_table([summary("run_a", None, "pytest -q"), summary("run_b", 0, "make test")],
                        prices)
     a = page.split('data-fork="run_a"', 1)[1].split("</tr>", 1)[0]
@@ -146,7 +146,7 @@ def test_compare_marks_the_row_of_a_fork_that_served_less_than_n() -> None:
         return ForkResult(f"run_{replayed}", Path(f"run_{replayed}.wtape"), "run_p", 2, "m",
                           "m", replayed, 1, 1, None, None, [], 1, 1, 1.0, 0)
 
-    prices = PriceTable.with_overrides({}, None)
+    prices = PriceTable.with_overrides({})
     short, full = compare_rows([result(1), result(2)], prices)
     assert short[1:3] == ["pass (0) (short)", "interrupted"]
     assert full[1] == "pass (0)"

@@ -46,8 +46,7 @@ def price_table() -> PriceTable:
     from wiretape.launch.config import find
 
     project = find(Path.cwd())
-    return PriceTable.with_overrides(dict(project.prices),
-                                     str(project.source) if project.source else None)
+    return PriceTable.with_overrides(dict(project.prices))
 
 
 def _tokens(n: int | None) -> str:

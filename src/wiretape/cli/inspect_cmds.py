@@ -211,7 +211,7 @@ def report(run: str, out: Path | None) -> None:
     except UsageError as exc:  # (a bad [prices] entry: the report is still written)
         from wiretape.inspect.prices import PriceTable
 
-        prices = PriceTable.with_overrides({}, None)
+        prices = PriceTable.with_overrides({})
         click.echo(f"wiretape: note: {exc} (the report's costs use the built-in prices)",
                    err=True)
     page = render(ov.info, str(ov.path), ov.rows, ov.views, ov.ledger, ov.verdicts,

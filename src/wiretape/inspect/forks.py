@@ -16,13 +16,17 @@ from wiretape.model import Exchange
 from wiretape.store.runfile import RunFile
 
 
-def usage_of(exchanges: Iterable[Exchange]) -> tuple[int | None, int | None]:
+def live_usage(exchanges: Iterable[Exchange]) -> tuple[int | None, int | None, str | None]:
     """Input and output tokens summed over ``exchanges``' usage fields, as
-    each wire format's reader gives them (None: none reported)."""
+    each wire format's reader gives them (None: none reported), and the
+    first model their requests named (None: none did). Each exchange is
+    read once."""
     tokens_in: int | None = None
     tokens_out: int | None = None
+    model: str | None = None
     for exchange in exchanges:
         view = read_exchange(exchange)
+        model = model or view.request.model or None
         usage = view.response.usage if view.response is not None else None
         if usage is None:
             continue
@@ -30,7 +34,7 @@ def usage_of(exchanges: Iterable[Exchange]) -> tuple[int | None, int | None]:
             tokens_in = (tokens_in or 0) + usage.input_tokens
         if usage.output_tokens is not None:
             tokens_out = (tokens_out or 0) + usage.output_tokens
-    return tokens_in, tokens_out
+    return tokens_in, tokens_out, model
 
 
 @dataclass(frozen=True)
@@ -92,9 +96,8 @@ def forks_of(run_id: str, folders: Sequence[Path]) -> list[ForkSummary]:
                     live = [e for e in exchanges if e.seq >= upto]
             except (WiretapeError, OSError):
                 continue
-            tokens_in, tokens_out = usage_of(live)
-            model = info.extra.get("fork_model") or next(
-                (m for m in (read_exchange(e).request.model for e in live) if m), None)
+            tokens_in, tokens_out, asked = live_usage(live)
+            model = info.extra.get("fork_model") or asked
             status = info.extra.get("fork_verify_status")
             found[info.run_id] = ForkSummary(
                 info.run_id, path, upto, model, len(live), info.exit_status, tokens_in,

@@ -48,7 +48,7 @@ def overview(path: Path, advance: Callable[[], None] = lambda: None,
             views.append((exchange.seq, read_exchange(exchange)))
             advance()
         verdicts = [v for v in (verdict_of(run, r["id"]) for r in run.replays()) if v is not None]
-        points = checkpoints(run)
+        points = checkpoints(run, exchanges)
     kinds = {e.seq: e.kind for e in exchanges}
     ledger = build_ledger([(seq, v) for seq, v in views if kinds[seq] == "model"],
                           [(e.seq, tool_label(e)) for e in exchanges if e.kind == "tool"])

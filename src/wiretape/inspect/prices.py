@@ -56,17 +56,14 @@ _SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)")
 
 @dataclass(frozen=True)
 class PriceTable:
-    """Prices per model, (input, output) US dollars per million tokens;
-    ``overridden`` names where the project's own came from, if any."""
+    """Prices per model, (input, output) US dollars per million tokens."""
 
     prices: Mapping[str, tuple[float, float]]
-    overridden: str | None = None
 
     @classmethod
-    def with_overrides(cls, overrides: Mapping[str, tuple[float, float]],
-                       source: str | None = None) -> PriceTable:
+    def with_overrides(cls, overrides: Mapping[str, tuple[float, float]]) -> PriceTable:
         """The built-in table, with ``overrides`` replacing or adding entries."""
-        return cls({**BUILT_IN, **overrides}, source if overrides else None)
+        return cls({**BUILT_IN, **overrides})
 
     def price(self, model: str | None) -> tuple[float, float] | None:
         """(input, output) dollars per million tokens for ``model``, or None."""

@@ -27,17 +27,16 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 from wiretape import __version__
 from wiretape.errors import Interrupted, PortInUse, RunFileError, UsageError
 from wiretape.inspect.checkpoints import checkpoints
-from wiretape.inspect.forks import usage_of
-from wiretape.inspect.formats import read_exchange
+from wiretape.inspect.forks import live_usage
 from wiretape.inspect.prices import PriceTable
 from wiretape.launch import config, isolate, trust
 from wiretape.launch.child import Child, Interrupts, run_child
@@ -58,7 +57,6 @@ from wiretape.model import (
     Origin,
     Redaction,
     RunInfo,
-    header_values,
 )
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.playback.decide import Mode, Policy
@@ -66,6 +64,7 @@ from wiretape.proxy.fork import Fork
 from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
+from wiretape.proxy.websocket import is_upgrade
 from wiretape.redaction import STANDARD, Facts, Rules, secret_values
 from wiretape.scrub.places import redact_entry, rules_redactor, unique
 from wiretape.snapshot.tree import compare as compare_trees
@@ -83,6 +82,8 @@ VERIFY_TIMEOUT_S = 600.0
 #: The verify status recorded when it was ended for running too long
 #: (as timeout(1) reports it).
 VERIFY_TIMEOUT_STATUS = 124
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -201,17 +202,26 @@ async def fork(parent_path: Path, settings: ForkSettings, *,
     upstream reachable, a bad ``--upstream``), CommandNotFound, PortInUse,
     Interrupted.
     """
+    return await _signals_end(
+        handle_signals, "before the fork's agent started; nothing was forwarded",
+        lambda interrupts: _fork(parent_path, settings, echo_stdout, echo_stderr,
+                                 on_listening, interrupts))
+
+
+async def _signals_end(handle_signals: bool, when: str,
+                       work: Callable[[Interrupts | None], Awaitable[T]]) -> T:
+    """``work`` awaited, with SIGINT and SIGTERM taken while it runs when
+    ``handle_signals`` (the Interrupts it is given, else None): a signal
+    that cancels it ends it with Interrupted (``when``: where it stopped)."""
     interrupts = Interrupts() if handle_signals else None
     with interrupts or contextlib.nullcontext():
         try:
-            return await _fork(parent_path, settings, echo_stdout, echo_stderr, on_listening,
-                               interrupts)
+            return await work(interrupts)
         except asyncio.CancelledError:
             if interrupts is None or not interrupts.cancelled or interrupts.signum is None:
                 raise
             interrupts.uncancel()
-            raise Interrupted(interrupts.signum, "before the fork's agent started; nothing "
-                                                 "was forwarded") from None
+            raise Interrupted(interrupts.signum, when) from None
 
 
 async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO | None,
@@ -245,13 +255,13 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                 f"exchange{'s' if len(exchanges) != 1 else ''}; give --from 0 to "
                 f"{len(exchanges)} (`wiretape show {run_ref(parent_path, info.run_id)}` lists "
                 "its checkpoints)")
-        points = checkpoints(parent)
+        points = checkpoints(parent, exchanges)
         if settings.model is not None:
             _check_rewritable(info.run_id, settings.model, exchanges[upto:])
         upstreams = _upstreams(info, settings.upstreams)
         await _check_reachable(upstreams, exchanges[upto:],
                                settings.upstream_options)
-        if not settings.live_files and not parent.snapshots():
+        if not settings.live_files and not parent.snapshots(contents=False):
             raise UsageError(no_snapshot_message(info.run_id))
         command, sandbox, launch = _plan_replay(
             stack, parent, parent_path, info, list(settings.argv or ()) or None,
@@ -358,10 +368,9 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
             run.add_extra({"fork_verify": settings.verify,
                            "fork_verify_status": str(verify_status)})
         live = [e for e in run.exchanges() if e.seq >= upto]
-        input_tokens, output_tokens = usage_of(live)
+        input_tokens, output_tokens, asked = live_usage(live)
         # The rewrite's model only when it was sent; else what the agent named.
-        live_model = (settings.model if engine.stats.rewritten else None) or next(
-            (m for m in (read_exchange(e).request.model for e in live) if m), None)
+        live_model = (settings.model if engine.stats.rewritten else None) or asked
         unreachable = [(e.origin, e.error or e.ending.value) for e in live
                        if e.ending in (Ending.ORIGIN_UNREACHABLE, Ending.TIMEOUT)]
         explanation = next((row["detail"].get("explanation") for row in engine.replayer.rows
@@ -388,10 +397,9 @@ def _missing_folder(folder: Path) -> Path | None:
 
 
 def _is_websocket(exchange: Exchange) -> bool:
-    """An upgrade to WebSocket (RFC 6455 §4.1: ``Upgrade: websocket``)."""
-    return bool(exchange.messages) or any(
-        v.strip().lower() == b"websocket"
-        for v in header_values(exchange.request.headers, b"upgrade"))
+    """A WebSocket session: messages stored, or an upgrade the proxy takes
+    as one (``proxy.websocket.is_upgrade``, RFC 6455 §4.1)."""
+    return bool(exchange.messages) or is_upgrade(exchange.request.headers)
 
 
 def _check_rewritable(run_id: str, model: str, live: Sequence[Exchange]) -> None:
@@ -602,7 +610,7 @@ def check_parent(parent_path: Path, yes: bool, argv: Sequence[str] | None) -> No
     command of someone else's without ``yes``. Raises UsageError."""
     with RunFile.open(parent_path) as parent:
         info = parent.info()
-        if not parent.snapshots():
+        if not parent.snapshots(contents=False):
             raise UsageError(f"run {info.run_id} has no snapshot of its files, so compare's "
                              "forks would all run on (and change) the same live files: record "
                              "it again with snapshots (without --no-snapshot) to compare on it")
@@ -639,18 +647,11 @@ async def compare(parent_path: Path, upto: int, models: Sequence[str], verify: s
     names = check_models(models)
     upto = check_upto(upto, "--from")
     check_parent(parent_path, yes, argv)
-    interrupts = Interrupts() if handle_signals else None
-    with interrupts or contextlib.nullcontext():
-        try:
-            return await _compare(parent_path, upto, names, verify, jobs, upstreams,
-                                  upstream_options or UpstreamOptions(), on_done, on_start,
-                                  out_dir, argv, verify_timeout_s)
-        except asyncio.CancelledError:
-            if interrupts is None or not interrupts.cancelled or interrupts.signum is None:
-                raise
-            interrupts.uncancel()
-            raise Interrupted(interrupts.signum, "during compare: its forks' agents and "
-                              "verify commands were stopped") from None
+    return await _signals_end(
+        handle_signals, "during compare: its forks' agents and verify commands were stopped",
+        lambda _: _compare(parent_path, upto, names, verify, jobs, upstreams,
+                           upstream_options or UpstreamOptions(), on_done, on_start, out_dir,
+                           argv, verify_timeout_s))
 
 
 async def _compare(parent_path: Path, upto: int, models: list[str], verify: str, jobs: int,
