@@ -41,12 +41,12 @@ from wiretape.inspect.prices import PriceTable
 from wiretape.launch import config, isolate, trust
 from wiretape.launch.child import Child, Interrupts, run_child
 from wiretape.launch.origins import child_environment
-from wiretape.launch.record import _create_run, _kept_contents
+from wiretape.launch.record import create_run, kept_contents
 from wiretape.launch.replay import (
     ReplaySettings,
-    _plan_replay,
     clock_tolerance,
     live_redactor,
+    plan_replay,
     recorded_span,
 )
 from wiretape.launch.sandbox import Sandbox, sweep_stale
@@ -263,7 +263,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                                settings.upstream_options)
         if not settings.live_files and not parent.snapshots(contents=False):
             raise UsageError(no_snapshot_message(info.run_id))
-        command, sandbox, launch = _plan_replay(
+        command, sandbox, launch = plan_replay(
             stack, parent, parent_path, info, list(settings.argv or ()) or None,
             ReplaySettings(same_paths=settings.same_paths), cwd=None, serve_only=False)
         assert command is not None
@@ -294,7 +294,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                             env_names=info.env_names, origins=info.origins,
                             started_at_ns=time.time_ns(), mode="record", extra=extra,
                             allow=info.allow, credential_env=info.credential_env)
-        run = _create_run(path, fork_info)
+        run = create_run(path, fork_info)
         stack.callback(run.close, compact=True)
         snapshot_ids = _copy_snapshots(parent, run)
         stopping = asyncio.Event()
@@ -513,7 +513,7 @@ def _store_outcome(run: RunFile, sandbox: Sandbox, ids: dict[int, int],
                  for e in walk(copy.copy, exclude=store_paths(path), policy=sandbox.policy)}
         changes = compare_trees({e.path: e for e in copy.entries}, after)
         run.set_outcome_changes(ids.get(copy.snapshot_id, copy.snapshot_id), changes,
-                                _kept_contents(changes, after))
+                                kept_contents(changes, after))
 
 
 async def _verify(command: str, isolation: isolate.Isolation | None, sandbox: Sandbox | None,

@@ -415,7 +415,7 @@ async def _prepare_record(
                    extra={**trust.here(), **tools_extra(intercept)},
                    allow=tuple(sorted(set(allow))),
                    credential_env=tuple(credentials))
-    run = _create_run(path, redact_info(info, rules, facts))
+    run = create_run(path, redact_info(info, rules, facts))
     stack.callback(run.close, compact=True)
     try:
         if intercept is not None:
@@ -460,7 +460,7 @@ async def _prepare_record(
     return session
 
 
-def _create_run(path: Path, info: RunInfo) -> RunFile:
+def create_run(path: Path, info: RunInfo) -> RunFile:
     """The new run file; one that could be created but not written (a full
     disk) is removed again. Raises RunFileError: RunFileWriteError when the
     system would not let it be written."""
@@ -589,7 +589,7 @@ async def _judge_record(session: _Recording) -> None:
             changes = compare({e.path: e for e in entries}, after)
             changed = {f"outcome:{c.path}" for c in changes}
             facts.items.extend(f for f in found.items if f.location in changed)
-            run.set_outcome_changes(snapshot_id, changes, _kept_contents(changes, after))
+            run.set_outcome_changes(snapshot_id, changes, kept_contents(changes, after))
         run.add_redactions(unique(facts.items))
     except (sqlite3.Error, OSError, RunFileWriteError) as exc:
         # The same failure the recorder may have met: named, not raised, so
@@ -653,7 +653,10 @@ class ReportKeeper:
 KEEP_CONTENT_MAX = 8 * 1024 * 1024
 
 
-def _kept_contents(changes: Sequence[Change], after: Mapping[str, Entry]) -> dict[str, bytes]:
+def kept_contents(changes: Sequence[Change], after: Mapping[str, Entry]) -> dict[str, bytes]:
+    """The after contents of changed text files small enough to keep (at
+    most ``KEEP_CONTENT_MAX`` bytes each), by path: what a recording and a
+    fork store beside their outcome changes."""
     return {c.path: after[c.path].data for c in changes
             if c.change != "deleted" and not c.binary and after[c.path].kind == "file"
             and len(after[c.path].data) <= KEEP_CONTENT_MAX}

@@ -510,7 +510,7 @@ async def _prepare_replay(
                          "answers; drop --no-intercept")
     exchanges = run.exchanges()
     run.outcome_changes()  # a damaged recorded outcome is refused before the agent runs
-    command, sandbox, launch = _plan_replay(stack, run, path, info, argv, settings, cwd=cwd,
+    command, sandbox, launch = plan_replay(stack, run, path, info, argv, settings, cwd=cwd,
                                             serve_only=until is not None)
     stopping = _Stopping(until or asyncio.Event())
     project = config.find(Path(cwd or os.getcwd()))
@@ -603,7 +603,7 @@ def live_redactor(run: RunFile) -> LiveRedactor:
     return redactor
 
 
-def _plan_replay(
+def plan_replay(
     stack: contextlib.AsyncExitStack, run: RunFile, path: Path, info: RunInfo,
     argv: Sequence[str] | None, settings: ReplaySettings, *, cwd: str | None, serve_only: bool,
 ) -> tuple[list[str] | None, Sandbox | None, LaunchPlan]:
