@@ -41,7 +41,7 @@ from wiretape.inspect.prices import PriceTable
 from wiretape.launch import config, isolate, trust
 from wiretape.launch.child import Child, Interrupts, run_child
 from wiretape.launch.origins import child_environment
-from wiretape.launch.record import create_run, kept_contents
+from wiretape.launch.record import create_run, store_outcome
 from wiretape.launch.replay import (
     ReplaySettings,
     clock_tolerance,
@@ -65,10 +65,8 @@ from wiretape.proxy.record import Recorder
 from wiretape.proxy.server import Listeners
 from wiretape.proxy.shapes import error_response
 from wiretape.proxy.websocket import is_upgrade
-from wiretape.redaction import STANDARD, Facts, Rules, secret_values
-from wiretape.scrub.places import redact_entry, rules_redactor, unique
-from wiretape.snapshot.tree import compare as compare_trees
-from wiretape.snapshot.tree import walk
+from wiretape.redaction import STANDARD, Facts, secret_values
+from wiretape.scrub.places import rules_redactor, unique
 from wiretape.store.locate import new_run_id, run_ref, runs_dir, store_paths
 from wiretape.store.runfile import RunFile
 
@@ -360,7 +358,10 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
                    redact(result.stderr, "stderr"))
         run.add_redactions(unique(found.items))
         if sandbox is not None:
-            _store_outcome(run, sandbox, snapshot_ids, rules, path)
+            run.add_redactions(unique(store_outcome(
+                run, [(snapshot_ids.get(c.snapshot_id, c.snapshot_id), c.copy, c.entries)
+                      for c in sandbox.copies],
+                rules, store_paths(path), sandbox.policy)))
         verify_status, verify_output, verify_timed_out = None, "", False
         if settings.verify is not None:
             verify_status, verify_output, verify_timed_out = await _verify(
@@ -502,18 +503,6 @@ def _copy_snapshots(parent: RunFile, run: RunFile) -> dict[int, int]:
         run.set_snapshot_policy(policy, {int(k): [(p, r) for p, r in v]
                                          for k, v in left_out.items() if int(k) in ids})
     return ids
-
-
-def _store_outcome(run: RunFile, sandbox: Sandbox, ids: dict[int, int],
-                   rules: Rules, path: Path) -> None:
-    """What the agent changed in each sandbox copy, stored as the fork's
-    outcome (redacted as a recording's is)."""
-    for copy in sandbox.copies:
-        after = {e.path: redact_entry(e, rules_redactor(rules, Facts()), "outcome")
-                 for e in walk(copy.copy, exclude=store_paths(path), policy=sandbox.policy)}
-        changes = compare_trees({e.path: e for e in copy.entries}, after)
-        run.set_outcome_changes(ids.get(copy.snapshot_id, copy.snapshot_id), changes,
-                                kept_contents(changes, after))
 
 
 async def _verify(command: str, isolation: isolate.Isolation | None, sandbox: Sandbox | None,

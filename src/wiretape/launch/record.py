@@ -13,7 +13,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, cast
@@ -40,7 +40,14 @@ from wiretape.launch.intercept import (
 )
 from wiretape.launch.origins import PlannedOrigin, child_environment, plan_origins
 from wiretape.limits import spool_bytes, ws_close_timeout
-from wiretape.model import DEFAULT_MAX_BODY, ConnectReportJSON, Exchange, Origin, RunInfo
+from wiretape.model import (
+    DEFAULT_MAX_BODY,
+    ConnectReportJSON,
+    Exchange,
+    Origin,
+    Redaction,
+    RunInfo,
+)
 from wiretape.origins import UpstreamOptions, key_variables, parse_upstream
 from wiretape.proxy import mcp
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
@@ -579,17 +586,9 @@ async def _judge_record(session: _Recording) -> None:
             run.set_credential_env(credential_names(
                 os.environ, (fact for seq, fact in run.redactions() if seq is not None),
                 key_variables([o.name for o in session.origins])))
-        exclude = store_paths(session.path) | session.made_for_run
-        for snapshot_id, root, entries in session.snapshots:
-            # Compared as stored: the files after the agent ran are redacted
-            # like the snapshot was, so a file with a secret in it is unchanged.
-            found = Facts()
-            after = {e.path: redact_entry(e, rules_redactor(snapshot_rules, found), "outcome")
-                     for e in walk(root, exclude=exclude, policy=session.policy)}
-            changes = compare({e.path: e for e in entries}, after)
-            changed = {f"outcome:{c.path}" for c in changes}
-            facts.items.extend(f for f in found.items if f.location in changed)
-            run.set_outcome_changes(snapshot_id, changes, kept_contents(changes, after))
+        facts.items.extend(store_outcome(
+            run, session.snapshots, snapshot_rules,
+            store_paths(session.path) | session.made_for_run, session.policy))
         run.add_redactions(unique(facts.items))
     except (sqlite3.Error, OSError, RunFileWriteError) as exc:
         # The same failure the recorder may have met: named, not raised, so
@@ -651,6 +650,27 @@ class ReportKeeper:
 #: Text files up to this size (bytes) keep their recorded result, so that a
 #: replay can tell a file differing only in timestamps from one that differs.
 KEEP_CONTENT_MAX = 8 * 1024 * 1024
+
+
+def store_outcome(run: RunFile, trees: Iterable[tuple[int, Path | str, Sequence[Entry]]],
+                  rules: Rules, exclude: frozenset[Path], policy: SnapshotPolicy,
+                  ) -> list[Redaction]:
+    """Store what the agent changed in each snapshotted tree: ``trees`` are
+    (snapshot id, the tree as it is now, the snapshot's entries). Compared
+    as stored: the files after the agent ran are redacted by ``rules``, the
+    snapshot's, so a file with a secret in it is unchanged. Returns the
+    redaction facts of the changed files. Raises what the run file's
+    writes raise."""
+    facts: list[Redaction] = []
+    for snapshot_id, root, entries in trees:
+        found = Facts()
+        after = {e.path: redact_entry(e, rules_redactor(rules, found), "outcome")
+                 for e in walk(Path(root), exclude=exclude, policy=policy)}
+        changes = compare({e.path: e for e in entries}, after)
+        changed = {f"outcome:{c.path}" for c in changes}
+        facts.extend(f for f in found.items if f.location in changed)
+        run.set_outcome_changes(snapshot_id, changes, kept_contents(changes, after))
+    return facts
 
 
 def kept_contents(changes: Sequence[Change], after: Mapping[str, Entry]) -> dict[str, bytes]:
