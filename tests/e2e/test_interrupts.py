@@ -56,6 +56,28 @@ def wait_for(condition, what: str, within: float = 30.0) -> None:  # type: ignor
         time.sleep(0.02)
 
 
+def sleeping(pid_file: Path) -> bool:
+    """True once the agent whose pid ``pid_file`` holds runs its ``sleep``
+    (exec'd: its name is ``sleep``, no longer the shell's). A SIGINT sent
+    between the shell's fork and that exec would be caught by the forked
+    shell (dash catches SIGINT under -c) and so never reach the sleep."""
+    try:
+        shell = pid_file.read_text().strip()
+    except OSError:
+        return False
+    if not shell:
+        return False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:]
+        if name == "sleep" and rest.split()[1] == shell:
+            return True
+    return False
+
+
 def sandboxes(tmpdir: Path) -> list[str]:
     return sorted(p.name for p in tmpdir.iterdir() if p.name.startswith("wiretape-sandbox-"))
 
@@ -83,7 +105,7 @@ def test_a_signal_while_the_agent_runs_is_an_interrupted_verdict(
     agent_pid = tmp_path / "agent.pid"
     replay = start("replay", str(run), cwd=project_dir, tmpdir=tmpdir, SLOW=str(agent_pid))
     try:
-        wait_for(lambda: agent_pid.exists() and agent_pid.read_text().strip(), "the agent")
+        wait_for(lambda: sleeping(agent_pid), "the agent")
         os.kill(replay.pid, sig)
         _, err = replay.communicate(timeout=60)
     finally:
