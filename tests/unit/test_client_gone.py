@@ -13,6 +13,7 @@ from test_proxy_http2 import H2Client
 from support.inproc import in_loop, listening
 from wiretape.model import Request
 from wiretape.proxy.http1 import Handler, Responder
+from wiretape.proxy.record import _unless_gone
 
 
 class Watching:
@@ -89,3 +90,89 @@ async def test_http2_a_reset_stream_is_gone_and_the_others_are_served() -> None:
             await client.aclose()
     assert app.gone == ["the client reset the stream"]
     assert bytes(client.replies[other].body) == b"/other"
+
+
+class LeaveWatching:
+    """``Responder.on_leave`` on ``/wait``: the handler waits (in
+    ``_unless_gone``, as the recorder waits for the origin) on a future
+    that never completes unless the client leaves; ``/stop`` is then
+    cancelled from elsewhere (as when wiretape stops)."""
+
+    def __init__(self) -> None:
+        self.results: list[object] = []
+        self.done = asyncio.Event()
+        self.handler_task: asyncio.Task[object] | None = None
+
+    def handler_for(self, _conn_id: int) -> Handler:
+        async def handle(conn: Responder, request: Request) -> None:
+            never: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            self.handler_task = asyncio.current_task()  # type: ignore[assignment]
+            try:
+                self.results.append(await _unless_gone(conn, never))  # type: ignore[arg-type]
+            except asyncio.CancelledError:
+                self.results.append("cancelled")
+                raise
+            finally:
+                self.done.set()
+            await conn.abort()
+        return handle
+
+
+@in_loop
+async def test_http1_on_leave_cancels_the_wait_for_the_origin_without_a_task() -> None:
+    app = LeaveWatching()
+    async with listening(app.handler_for) as (_, port):
+        tasks_before = len(asyncio.all_tasks())
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        # one task for the connection, none for watching it
+        assert len(asyncio.all_tasks()) == tasks_before + 1
+        writer.write_eof()  # a half-close is leaving too
+        await asyncio.wait_for(app.done.wait(), 10)
+        writer.close()
+    assert app.results == [(None, "the client closed the connection")]
+
+
+@in_loop
+async def test_http1_a_client_gone_before_the_wait_is_seen_at_once() -> None:
+    app = LeaveWatching()
+    async with listening(app.handler_for) as (_, port):
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+        writer.write_eof()
+        await asyncio.wait_for(app.done.wait(), 10)
+        writer.close()
+    assert app.results == [(None, "the client closed the connection")]
+
+
+@in_loop
+async def test_a_cancellation_from_elsewhere_is_never_taken_for_the_client_leaving() -> None:
+    app = LeaveWatching()
+    async with listening(app.handler_for) as (_, port):
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        async with asyncio.timeout(10):
+            while app.handler_task is None:
+                await asyncio.sleep(0.01)
+        app.handler_task.cancel()
+        writer.close()  # the client leaves as well, in the same turn of the loop
+        await asyncio.wait_for(app.done.wait(), 10)
+    assert app.results == ["cancelled"]
+
+
+@in_loop
+async def test_http2_on_leave_sees_a_reset_stream() -> None:
+    app = LeaveWatching()
+    async with listening(app.handler_for) as (_, port):
+        client = await H2Client.open(port)
+        waiting = await client.request(b"GET", b"/wait")
+        await asyncio.sleep(0.2)
+        client.h2.reset_stream(waiting)
+        await client.flush()
+        await asyncio.wait_for(app.done.wait(), 10)
+        with contextlib.suppress(Exception):
+            await client.aclose()
+    assert app.results == [(None, "the client reset the stream")]

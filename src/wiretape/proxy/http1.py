@@ -43,6 +43,49 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _H2_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
+class WatchedReader(asyncio.StreamReader):
+    """A client connection's reader that tells its watcher (``on_leave``)
+    when the stream ends (the client closed or half-closed: RFC 9112 §9.6)
+    or breaks, as the transport reports it: no task has to be reading for
+    a handler to learn that its client left. ``server.Listeners`` makes
+    every accepted connection's reader one of these."""
+
+    def __init__(self, limit: int = READ_SIZE) -> None:
+        super().__init__(limit=limit)
+        #: why the client left (None: it has not): set once, at the end
+        self.left: str | None = None
+        self._watcher: Callable[[str], None] | None = None
+
+    def feed_eof(self) -> None:
+        super().feed_eof()
+        self._leave("the client closed the connection")
+
+    def set_exception(self, exc: Exception) -> None:
+        super().set_exception(exc)
+        self._leave(f"the connection broke ({one_line(exc)})")
+
+    def _leave(self, why: str) -> None:
+        if self.left is None:
+            self.left = why
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher(self.left)
+
+    def on_leave(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(why)`` (on the loop) once the client leaves, at once
+        (soon) if it has; returns what stops watching. One watcher at a time."""
+        if self.left is not None:
+            handle = asyncio.get_running_loop().call_soon(callback, self.left)
+            return handle.cancel
+        self._watcher = callback
+
+        def stop() -> None:
+            if self._watcher is callback:
+                self._watcher = None
+
+        return stop
+
+
 def _h2_goaway(debug: bytes) -> bytes:
     payload = b"\x00\x00\x00\x00" + b"\x00\x00\x00\x0d" + debug
     return len(payload).to_bytes(3, "big") + b"\x07\x00\x00\x00\x00\x00" + payload
@@ -590,6 +633,20 @@ class ClientConnection:
         await asyncio.Event().wait()  # (cancelled by the handler)
         raise AssertionError("unreachable")
 
+    def on_leave(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(why)`` on the loop once the client leaves (EOF,
+        RFC 9112 §9.6; or the connection breaks) while its request is
+        answered; returns what stops watching (call it before answering
+        goes on). Costs no task and no read: the transport tells the
+        reader (``WatchedReader``); bytes that arrive meanwhile (a
+        pipelined request) stay for the next read. On a connection whose
+        reader is a plain ``asyncio.StreamReader`` (not accepted by
+        ``server.Listeners``) nothing is watched."""
+        reader = self._reader
+        if isinstance(reader, WatchedReader):
+            return reader.on_leave(callback)
+        return _not_watching
+
     def next_cycle(self) -> bool:
         """Prepare for the next request on this connection; False if it must close."""
         if self.closed or self.draining:
@@ -652,6 +709,10 @@ class ClientConnection:
             pass
 
 
+def _not_watching() -> None:
+    """What stops a watch that was never started."""
+
+
 class ClientGone(Exception):
     """The agent closed its connection while a response was being written."""
 
@@ -687,6 +748,11 @@ class Responder(Protocol):
     async def client_gone(self) -> str:
         """Return (why) once the client has abandoned the request (closed
         the connection, reset the stream); never raises ClientGone."""
+        ...
+
+    def on_leave(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(why)`` on the loop once the client abandons the
+        request, with no task of its own; returns what stops watching."""
         ...
 
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 import h2.config
 import h2.connection
@@ -143,6 +143,8 @@ class H2Stream:
         self._woken = asyncio.Event()
         #: set by :meth:`wake` once ``gone`` is (``client_gone``)
         self._gone = asyncio.Event()
+        #: told why, once ``gone`` is (``on_leave``)
+        self._watcher: Callable[[str], None] | None = None
         #: DATA bytes queued since the last write (``more=True``)
         self._held = 0
 
@@ -151,6 +153,22 @@ class H2Stream:
         self._woken.set()
         if self.gone is not None:
             self._gone.set()
+            watcher, self._watcher = self._watcher, None
+            if watcher is not None:
+                watcher(self.gone)
+
+    def on_leave(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(why)`` once the client reset the stream or the
+        connection ended (``http1.Responder``): soon, if it has."""
+        if self.gone is not None:
+            return asyncio.get_running_loop().call_soon(callback, self.gone).cancel
+        self._watcher = callback
+
+        def stop() -> None:
+            if self._watcher is callback:
+                self._watcher = None
+
+        return stop
 
     async def client_gone(self) -> str:
         """Return (why) once the client reset the stream or the connection

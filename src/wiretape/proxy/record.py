@@ -506,25 +506,31 @@ class Recorder:
 async def _unless_gone(conn: Responder, sending: Awaitable[upstream.OriginResponse],
                        ) -> tuple[upstream.OriginResponse | None, str]:
     """The origin's response head, as ``sending`` gives it; or (None, why)
-    when the client abandons the request first (``Responder.client_gone``),
-    ``sending`` then cancelled. Raises what ``sending`` raises."""
-    send = asyncio.ensure_future(sending)
-    watch = asyncio.ensure_future(conn.client_gone())
+    when the client abandons the request first (``Responder.on_leave``),
+    ``sending`` then cancelled where it waits. No task is made: the
+    client's leaving cancels this one, as ``asyncio.timeout`` does, and a
+    cancellation from elsewhere (wiretape stopping) is never swallowed.
+    Raises what ``sending`` raises."""
+    task = asyncio.current_task()
+    assert task is not None
+    cancelling = task.cancelling()
+    why: str | None = None
+
+    def left(reason: str) -> None:
+        nonlocal why
+        if why is None:
+            why = reason
+            task.cancel()
+
+    stop = conn.on_leave(left)
     try:
-        await asyncio.wait((send, watch), return_when=asyncio.FIRST_COMPLETED)
-        if send.done():
-            return send.result(), ""
-        send.cancel()
-        await asyncio.wait((send,))
-        if not send.cancelled() and send.exception() is None:  # (it completed meanwhile)
-            with contextlib.suppress(httpx.HTTPError):
-                await send.result().aclose()
-        return None, watch.result()
+        return await sending, ""
+    except asyncio.CancelledError:
+        if why is not None and task.uncancel() <= cancelling:
+            return None, why
+        raise
     finally:
-        for task in (send, watch):
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(send, watch, return_exceptions=True)
+        stop()
 
 
 def _spool_at_from_env() -> int:

@@ -20,6 +20,7 @@ from wiretape.proxy.http1 import (
     ConnectionLimits,
     ErrorBody,
     Handler,
+    WatchedReader,
     plain_error,
     serve_connection,
 )
@@ -99,12 +100,19 @@ class Listeners:
                 if task is not None:
                     self._tasks.pop(task, None)
 
-        self._guard.install(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self._guard.install(loop)
+
+        def protocol() -> asyncio.StreamReaderProtocol:
+            # (what asyncio.start_server makes, its reader one that tells a
+            # handler when the client leaves: ClientConnection.on_leave)
+            return asyncio.StreamReaderProtocol(WatchedReader(), on_connect)
+
         try:
             if sock is not None:
-                server = await asyncio.start_server(on_connect, sock=sock)
+                server = await loop.create_server(protocol, sock=sock)
             else:
-                server = await asyncio.start_server(on_connect, LOOPBACK, port, reuse_address=True)
+                server = await loop.create_server(protocol, LOOPBACK, port, reuse_address=True)
         except OSError as exc:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise PortInUse(LOOPBACK, port) from exc
