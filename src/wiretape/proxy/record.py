@@ -59,7 +59,8 @@ from wiretape.store.runfile import RunFile
 #: takes the compressed body only if it is ready: it never waits for it.
 Prepared = tuple[Request, list[Redaction], str, "concurrent.futures.Future[Packed | None] | None"]
 #: Request bodies from this size (bytes) on are prepared on a thread of
-#: their own as soon as they are received; smaller ones by the commit's.
+#: their own as soon as they are received; smaller ones by the commit's
+#: thread, as soon as they are received too (ahead of their commit).
 PREPARE_AHEAD = 16 * 1024
 
 
@@ -168,10 +169,13 @@ class Recorder:
         gathered: Gathered | None = None  # the origin's response body as it arrives
         # Redacted, hashed and compressed on a worker thread while it is
         # forwarded: the commit at the end only awaits it. (A small one is
-        # done by the commit's own thread: cheaper than a thread of its own.)
+        # done by the commit's own thread, queued before its commit: a
+        # thread of its own costs more than the work.)
         prepared: concurrent.futures.Future[Prepared] | None = None
         if len(request.body) >= PREPARE_AHEAD:
             prepared = self._preparer.submit(self._prepare, request)
+        else:  # (on the commit's thread, ahead of the commit itself)
+            prepared = self._writer.submit(self._prepare, request)
         response: Response | None = None
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:
