@@ -21,7 +21,10 @@ minus direct, measured in the same run) and ratios.
   5. the sessions replayed by ``wiretape serve --replay`` of their run files:
      added p50 per request;
   6. mitmproxy (``mitmdump --mode reverse:... -w FILE``) recording the small
-     exchanges and the sessions: wiretape added / mitmproxy added.
+     exchanges and the sessions: wiretape added / mitmproxy added;
+  7. the floor: a bare asyncio TCP relay (``common.relay``: bytes piped,
+     nothing parsed or stored) on the small exchanges, the sessions and the
+     single streams, the least any asyncio proxy in Python adds here.
 
 Then, each in a pass of its own: the run file's size as a share of the
 session's raw bytes; the peak RSS growth of ``wiretape serve --record``
@@ -61,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import HERE, KIB, MIB, SMALL_REQUEST, Proc, pct, session, upstream, wiretape
+from common import HERE, KIB, MIB, SMALL_REQUEST, Proc, pct, relay, session, upstream, wiretape
 
 HEADERS = {
     "Accept": "application/json",
@@ -423,10 +426,10 @@ def main() -> None:
                               "load_average_at_start": os.getloadavg()}
     procs: list[Proc] = []
     try:
-        with upstream() as direct:
+        with upstream() as direct, relay(direct) as floor:
             try:
-                measure(args, fig, tmp, direct, procs, n_small=n_small, n_sessions=n_sessions,
-                        stream_rounds=stream_rounds, frames=frames, concurrent=concurrent,
+                measure(args, fig, tmp, direct, floor, procs, n_small=n_small,
+                        n_sessions=n_sessions, stream_rounds=stream_rounds, frames=frames, concurrent=concurrent,
                         big=big, check_runs=check_runs, check_budget=check_budget, skip=skip)
             finally:
                 for p in procs:
@@ -440,7 +443,8 @@ def main() -> None:
     report(fig, args.json)
 
 
-def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, procs: list[Proc],
+def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, floor: str,
+            procs: list[Proc],
             *, n_small: int, n_sessions: int, stream_rounds: int, frames: int, concurrent: int,
             big: int, check_runs: int, check_budget: float, skip: set[str]) -> None:
     log = progress()
@@ -454,7 +458,7 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
     rec = wiretape(["serve", "--record", "--upstream", direct + "/v1", "-o",
                     str(tmp / "small.wtape")])
     procs.append(rec)
-    paths = {"direct": direct, "wiretape": rec.url}
+    paths = {"direct": direct, "wiretape": rec.url, "floor": floor}
     mitm = None
     if mitm_exe:
         mitm = mitmdump(mitm_exe, direct, tmp / "flows.mitm")
@@ -467,6 +471,7 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
                                for name, v in small.items()}
     fig.add("small exchange: wiretape added p50", added["wiretape"][0], "ms", 0.5)
     fig.add("small exchange: wiretape added p99", added["wiretape"][1], "ms")
+    fig.add("small exchange: floor (bare TCP relay) added p50", added["floor"][0], "ms")
     if mitm:
         fig.add("small exchange: mitmproxy added p50", added["mitmproxy"][0], "ms")
         fig.add("small exchange: wiretape / mitmproxy (added p50)",
@@ -479,15 +484,15 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
     around = [t for t, s in enumerate(sizes) if AROUND_300K[0] <= s <= AROUND_300K[1]]
     fig.details["session_turn_bytes"] = sizes
     fig.details["turns_around_300KiB"] = around
-    per: dict[str, list[float]] = {"wiretape": [], "mitmproxy": []}
-    per300: dict[str, list[float]] = {"wiretape": [], "mitmproxy": []}
+    per: dict[str, list[float]] = {"wiretape": [], "mitmproxy": [], "floor": []}
+    per300: dict[str, list[float]] = {"wiretape": [], "mitmproxy": [], "floor": []}
     run_files: list[Path] = []
     shares: list[float] = []
     for i, bodies in enumerate(sessions):
         run = tmp / f"session{i}.wtape"
         srec = wiretape(["serve", "--record", "--upstream", direct + "/v1", "-o", str(run)])
         procs.append(srec)
-        spaths = {"direct": direct, "wiretape": srec.url}
+        spaths = {"direct": direct, "wiretape": srec.url, "floor": floor}
         if mitm:
             spaths["mitmproxy"] = mitm.url
         times, raw = run_session(spaths, bodies)
@@ -505,6 +510,8 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
     fig.add("session: wiretape added p50, all turns", statistics.median(per["wiretape"]), "ms")
     fig.add("300 KiB agent request: wiretape added p50", statistics.median(per300["wiretape"]),
             "ms", 2.0)
+    fig.add("300 KiB agent request: floor (bare TCP relay) added p50",
+            statistics.median(per300["floor"]), "ms")
     if mitm:
         fig.add("session: mitmproxy added p50, all turns", statistics.median(per["mitmproxy"]),
                 "ms")
@@ -519,7 +526,7 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
     # 3, 4. SSE streams, single and concurrent (mitmproxy buffers SSE: not compared).
     if "streams" not in skip:
         log(f"SSE streams: {stream_rounds} x {frames} frames, then {concurrent} concurrent")
-        spaths = {"direct": direct, "wiretape": rec.url}
+        spaths = {"direct": direct, "wiretape": rec.url, "floor": floor}
         one: dict[str, list[float]] = {name: [] for name in spaths}
         for _, order in rotations(list(spaths), stream_rounds):
             for name in order:
@@ -528,6 +535,8 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, proc
                 pct(one["wiretape"], 50) - pct(one["direct"], 50), "ms", 0.2)
         fig.add(f"SSE frame ({args.gap_ms} ms apart): wiretape added p99",
                 pct(one["wiretape"], 99) - pct(one["direct"], 99), "ms", 2.0)
+        fig.add(f"SSE frame ({args.gap_ms} ms apart): floor (bare TCP relay) added p50",
+                pct(one["floor"], 50) - pct(one["direct"], 50), "ms")
         many: dict[str, list[float]] = {name: [] for name in spaths}
         walls: dict[str, list[float]] = {name: [] for name in spaths}
         for _, order in rotations(list(spaths), 2 if not args.quick else 1):

@@ -15,9 +15,15 @@ The upstream (``upstream()``) answers, on 127.0.0.1:
 or, started with a fixed ``answer``, that answer (JSON) to every request
 but the streams. Request bodies are read whole (Content-Length or chunked).
 
+The floor (``relay(url)``): a bare asyncio TCP relay in a process of its
+own, each client connection piped byte for byte to a connection of its own
+to the upstream (no HTTP parsed, nothing stored): the least any
+asyncio proxy in Python adds, measured beside wiretape.
+
 Imported by the scripts beside it (``python bench/NAME.py`` puts ``bench``
 first on ``sys.path``); run as ``python bench/common.py --upstream PORT_FILE
-[--answer FILE]`` it is the upstream's process.
+[--answer FILE]`` it is the upstream's process, as ``python bench/common.py
+--relay PORT_FILE --to HOST:PORT`` the relay's.
 """
 
 from __future__ import annotations
@@ -268,23 +274,70 @@ def serve_upstream(port_file: Path, answer: bytes | None = None) -> None:
     asyncio.run(run())
 
 
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(256 * KIB):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
+def serve_relay(port_file: Path, host: str, port: int) -> None:
+    """Run the relay until killed; write its port to ``port_file``."""
+
+    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(host, port)
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+    async def run() -> None:
+        server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+        port_file.write_text(str(server.sockets[0].getsockname()[1]))
+        await server.serve_forever()
+
+    asyncio.run(run())
+
+
+@contextmanager
+def relay(url: str) -> Iterator[str]:
+    """The bare TCP relay to ``url`` (``http://HOST:PORT``) in a process of
+    its own, for the ``with`` block: yields its base URL."""
+    with _process(["--relay", "PORT_FILE", "--to", url.removeprefix("http://")]) as base:
+        yield base
+
+
 @contextmanager
 def upstream(answer: bytes | None = None) -> Iterator[str]:
     """The upstream in a process of its own, for the ``with`` block: yields
     its base URL (``http://127.0.0.1:PORT``, no ``/v1``); terminated after.
     With ``answer`` (JSON bytes) every non-stream request gets it.
     Raises SystemExit if the process exits before it listens."""
-    with tempfile.TemporaryDirectory(prefix="wiretape-bench-up-") as tmp:
-        port_file = Path(tmp) / "port"
-        argv = [sys.executable, __file__, "--upstream", str(port_file)]
+    with tempfile.TemporaryDirectory(prefix="wiretape-bench-answer-") as tmp:
+        argv = []
         if answer is not None:
             (Path(tmp) / "answer").write_bytes(answer)
-            argv += ["--answer", str(Path(tmp) / "answer")]
+            argv = ["--answer", str(Path(tmp) / "answer")]
+        with _process(["--upstream", "PORT_FILE", *argv]) as base:
+            yield base
+
+
+@contextmanager
+def _process(args: list[str]) -> Iterator[str]:
+    """``python bench/common.py ARGS`` (``PORT_FILE`` in them replaced by a
+    file it writes its port to) for the ``with`` block: yields
+    ``http://127.0.0.1:PORT``; terminated after. Raises SystemExit if the
+    process exits before it listens."""
+    with tempfile.TemporaryDirectory(prefix="wiretape-bench-up-") as tmp:
+        port_file = Path(tmp) / "port"
+        argv = [sys.executable, __file__, *(str(port_file) if a == "PORT_FILE" else a
+                                            for a in args)]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
         try:
             while not port_file.exists() or not port_file.read_text():
                 if proc.poll() is not None:
-                    raise SystemExit(f"bench: the upstream exited {proc.returncode}")
+                    raise SystemExit(f"bench: {args[0].lstrip('-')} exited {proc.returncode}")
                 time.sleep(0.02)
             yield f"http://127.0.0.1:{port_file.read_text()}"
         finally:
@@ -367,8 +420,17 @@ def pct(values: Sequence[float], q: float) -> float:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="The bench's raw upstream, until killed.")
-    parser.add_argument("--upstream", metavar="PORT_FILE", type=Path, required=True)
+    parser = argparse.ArgumentParser(
+        description="The bench's raw upstream (or its bare relay), until killed.")
+    parser.add_argument("--upstream", metavar="PORT_FILE", type=Path)
     parser.add_argument("--answer", metavar="FILE", type=Path)
+    parser.add_argument("--relay", metavar="PORT_FILE", type=Path)
+    parser.add_argument("--to", metavar="HOST:PORT")
     args = parser.parse_args()
-    serve_upstream(args.upstream, args.answer.read_bytes() if args.answer else None)
+    if args.relay is not None:
+        to_host, _, to_port = (args.to or "").rpartition(":")
+        serve_relay(args.relay, to_host, int(to_port))
+    elif args.upstream is not None:
+        serve_upstream(args.upstream, args.answer.read_bytes() if args.answer else None)
+    else:
+        parser.error("give --upstream PORT_FILE or --relay PORT_FILE --to HOST:PORT")
