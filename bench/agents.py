@@ -429,7 +429,8 @@ def main() -> None:
         with upstream() as direct, relay(direct) as floor:
             try:
                 measure(args, fig, tmp, direct, floor, procs, n_small=n_small,
-                        n_sessions=n_sessions, stream_rounds=stream_rounds, frames=frames, concurrent=concurrent,
+                        n_sessions=n_sessions, stream_rounds=stream_rounds, frames=frames,
+                        concurrent=concurrent,
                         big=big, check_runs=check_runs, check_budget=check_budget, skip=skip)
             finally:
                 for p in procs:
