@@ -34,7 +34,16 @@ from dataclasses import dataclass, field
 import httpx
 
 from wiretape.errors import RunFileWriteError, write_failure_reason
-from wiretape.model import Ending, Exchange, Frame, Message, Redaction, Request, Response
+from wiretape.model import (
+    Ending,
+    Exchange,
+    Frame,
+    Message,
+    Redaction,
+    Request,
+    Response,
+    exchange_kind,
+)
 from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.proxy import mcp, upstream, ws_record
 from wiretape.proxy.hop import ClientHead, Framing
@@ -172,10 +181,11 @@ class Recorder:
         # done by the commit's own thread, queued before its commit: a
         # thread of its own costs more than the work.)
         prepared: concurrent.futures.Future[Prepared] | None = None
+        tool = exchange_kind(origin) == "tool"
         if len(request.body) >= PREPARE_AHEAD:
-            prepared = self._preparer.submit(self._prepare, request)
+            prepared = self._preparer.submit(self._prepare, request, tool)
         else:  # (on the commit's thread, ahead of the commit itself)
-            prepared = self._writer.submit(self._prepare, request)
+            prepared = self._writer.submit(self._prepare, request, tool)
         response: Response | None = None
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:
@@ -463,11 +473,14 @@ class Recorder:
         if self._on_exchange is not None:
             self._on_exchange(stored)
 
-    def _prepare(self, request: Request) -> Prepared:
+    def _prepare(self, request: Request, tool: bool) -> Prepared:
         """The request as stored: redacted (CPU work), its body's hash, and
         (a body of ``PREPARE_AHEAD`` bytes or more) that body's compression
-        started on a thread of its own. On a worker thread, as soon as the
-        request is received."""
+        started on a thread of its own; the secrets it carries noted for the
+        run's output (``echoed_secrets``; ``tool``: a tool exchange's body
+        fields too). On a worker thread, as soon as the request is received."""
+        for label, value in masked_values(request, body=tool):
+            self._echoed.setdefault(value, label)
         stored, facts = redact_request(request, self._rules)
         digest = blob_hash(stored.body)
         packing = None
@@ -485,7 +498,8 @@ class Recorder:
         (``RunFile.start_compressing``). Returns the exchange as stored (a
         spooled response without its frames) and its response body's
         bytes."""
-        request, facts, digest, packing = prepared or self._prepare(exchange.request)
+        request, facts, digest, packing = prepared or self._prepare(
+            exchange.request, exchange.kind == "tool")
         packed = None  # compressed by now, or committed raw (compressed later)
         # (not cancelled: it is running, or done)
         if packing is not None and not packing.cancel() and packing.done() \
@@ -493,8 +507,6 @@ class Recorder:
             packed = packing.result()
         # (a spooled response: its headers; its parts are redacted already)
         stored, facts = redact_exchange(exchange, self._rules, redacted=(request, facts))
-        for label, value in masked_values(exchange.request, body=exchange.kind == "tool"):
-            self._echoed.setdefault(value, label)
         if body is None or body.spool is None:
             self._run.write_exchange(stored, facts, compress_later=True, request_digest=digest,
                                      request_packed=packed)
