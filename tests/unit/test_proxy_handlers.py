@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import random
 import socket
 import threading
 import time
@@ -47,10 +48,9 @@ from wiretape.model import (
 )
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy
-from wiretape.proxy import upstream
+from wiretape.proxy import replay, upstream
 from wiretape.proxy.http1 import ErrorBody
 from wiretape.proxy.record import Recorder
-from wiretape.proxy import replay
 from wiretape.proxy.replay import HeadRedactor, Replayer, Tape
 from wiretape.proxy.shapes import error_response
 from wiretape.redaction import STANDARD, LiveRedactor, fingerprint, redact_request
@@ -934,3 +934,46 @@ def test_the_head_redactor_gives_what_redact_request_gives() -> None:
             assert head.redacted(request, rules) == expected
     assert head.redacted(heads[1], rules).headers[2] != (b"X-Trace", learned)
     assert head.redacted(heads[1], STANDARD).headers[2] == (b"X-Trace", learned)
+
+
+def test_the_tape_s_counts_give_what_going_through_the_route_gives() -> None:
+    """``masks_known`` and ``recorded_for`` answer from counts kept as the
+    tape changes: the same answers as looking at every request left on the
+    route, whatever the order in which requests are looked at for masks
+    and consumed (the prescan and the decisions interleave)."""
+    rng = random.Random(7)
+    masked_body = chat("key <redacted:sk-proj> here")
+    exchanges = []
+    for seq in range(40):
+        target = rng.choice([CHAT, "/v1/embeddings", "/v1/models?x=1"])
+        body = masked_body if rng.random() < 0.2 else chat(f"turn {seq}")
+        exchanges.append(recorded(seq, body, target=target))
+    tape_ = Tape.of(exchanges)
+    truth = {e.seq: b"<redacted" in e.request.body for e in exchanges}
+    probes = [Request(b"POST", t.encode(), (), b"") for t in
+              (CHAT, "/v1/embeddings", "/v1/models?x=2", "/v1/other")]
+
+    def expected(probe: Request) -> tuple[bool, list[int]]:
+        left = tape_.remaining.route(probe.method, probe.path)
+        known = all(c.seq in tape_._masked for c in left)
+        if left and known and not any(truth[c.seq] for c in left):
+            return known, []
+        if left and not known and not any(truth[c.seq] for c in left):
+            return known, []
+        return known, [c.seq for c in tape_.remaining]
+
+    order = list(range(40))
+    rng.shuffle(order)
+    steps = 0
+    while len(tape_.remaining):
+        if order and rng.random() < 0.5:
+            tape_._may_hold_mask(order.pop())
+        else:
+            tape_.consume(rng.choice(tape_.remaining.seqs()))
+        for probe in probes:
+            known, seqs = expected(probe)
+            assert tape_.masks_known(probe) is known
+            by_seq = {id(e.request): e.seq for e in exchanges}
+            assert [by_seq[id(r)] for r in tape_.recorded_for(probe)] == seqs
+        steps += 1
+    assert steps > 40 and tape_._masked  # both kinds of step were taken

@@ -17,6 +17,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import secrets
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -66,13 +67,32 @@ def new_replay_id() -> str:
 @dataclass
 class Tape:
     """The recorded exchanges and which of them are still unserved,
-    indexed as the decision looks them up (playback.decide.Remaining)."""
+    indexed as the decision looks them up (playback.decide.Remaining).
+
+    Per route, how many of those left were not looked at for masks yet
+    and how many may hold one are counted as they change (under a lock:
+    the prescan's thread looks while the loop, or a worker thread,
+    consumes), so whether a live request has anything to learn from is
+    known without going through its route."""
 
     exchanges: dict[int, Exchange]
     remaining: Remaining = field(default_factory=Remaining)
     #: per recorded exchange: whether its request may hold a redaction mask
     #: (what a live request's secrets are learned from), looked at once
     _masked: dict[int, bool] = field(default_factory=dict)
+    #: per route (method, path): those left not looked at for masks yet
+    _unknown: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
+    #: per route: those left that may hold a mask
+    _maybe: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
+    _counting: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        for cand in self.remaining:
+            known = self._masked.get(cand.seq)
+            counts = self._unknown if known is None else self._maybe if known else None
+            if counts is not None:
+                route = _route(cand.request)
+                counts[route] = counts.get(route, 0) + 1
 
     @classmethod
     def of(cls, exchanges: list[Exchange]) -> Tape:
@@ -81,7 +101,14 @@ class Tape:
                    Remaining(Candidate(e.seq, e.request) for e in ordered))
 
     def consume(self, seq: int) -> None:
-        self.remaining.consume(seq)
+        with self._counting:
+            self.remaining.consume(seq)
+            known = self._masked.get(seq)
+            route = _route(self.exchanges[seq].request)
+            if known is None:
+                self._unknown[route] -= 1
+            elif known:
+                self._maybe[route] -= 1
 
     def recorded_for(self, request: Request) -> list[Request]:
         """The recorded requests ``LiveRedactor.request`` needs to see for
@@ -89,16 +116,19 @@ class Tape:
         mask, so there is nothing to learn and the redactor's own search
         over them would find nothing; else all left, as before. (Whether
         the redacted request kept the route is checked by the caller.)"""
-        route = self.remaining.route(request.method, request.path)
-        if route and not any(self._may_hold_mask(c.seq) for c in route):
+        route = (request.method, request.path)
+        if self._unknown.get(route, 0):
+            left = self.remaining.route(request.method, request.path)
+            if left and not any(self._may_hold_mask(c.seq) for c in left):
+                return []
+        elif self._maybe.get(route, 0) == 0 and self.remaining.has_route(*route):
             return []
         return [c.request for c in self.remaining]
 
     def masks_known(self, request: Request) -> bool:
         """Whether every request left on ``request``'s route was looked at
         for masks already (:meth:`recorded_for` then reads no body)."""
-        masked = self._masked
-        return all(c.seq in masked for c in self.remaining.route(request.method, request.path))
+        return self._unknown.get((request.method, request.path), 0) == 0
 
     def look_for_masks(self, stop: Callable[[], bool] = lambda: False) -> None:
         """Look at every recorded request for masks, in order, until
@@ -117,8 +147,19 @@ class Tape:
             known = bool(coded) or any(
                 marker in part for part in (request.target, request.body)
                 for marker in _MASK_MARKERS)
-            self._masked[seq] = known
+            with self._counting:
+                if seq not in self._masked:
+                    self._masked[seq] = known
+                    if seq in self.remaining:
+                        route = _route(request)
+                        self._unknown[route] -= 1
+                        if known:
+                            self._maybe[route] = self._maybe.get(route, 0) + 1
         return known
+
+
+def _route(request: Request) -> tuple[bytes, bytes]:
+    return request.method, request.path
 
 
 #: Seconds the prescan sleeps at a time while a live request is decided.
