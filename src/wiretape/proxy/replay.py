@@ -332,9 +332,12 @@ class Replayer:
 
     def _start_prescan(self) -> None:
         """Start looking at the recorded bodies on a worker thread (once,
-        on the event loop; see :meth:`_scan_recorded`)."""
+        on the event loop; see :meth:`_scan_recorded`), and start the
+        writer's thread (a thread's start waits for it to run: not in the
+        middle of serving)."""
         if self._prescan is None:
             self._prescan = asyncio.ensure_future(asyncio.to_thread(self._scan_recorded))
+            self._writes.append(self._log_writer().submit(lambda: None))
 
     async def prescanned(self) -> None:
         """Wait until every recorded body left has been looked at (see
@@ -691,10 +694,13 @@ class Replayer:
         if not self._unwritten:
             return
         rows, self._unwritten = self._unwritten, []
+        self._writes.append(self._log_writer().submit(self._store, rows))
+
+    def _log_writer(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._writer is None:
             self._writer = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="wiretape-replay-log")
-        self._writes.append(self._writer.submit(self._store, rows))
+        return self._writer
 
     def _store(self, rows: list[tuple[ReplayRow, Request, int]]) -> None:
         for row, live, decided_at_ns in rows:
