@@ -925,6 +925,10 @@ def test_the_head_redactor_gives_what_redact_request_gives() -> None:
         Request(b"POST", b"/v1/chat/completions", (
             (b"Authorization", b"Bearer " + key.encode()), (b"Content-Type", b"application/json"),
             (b"X-Trace", learned), (b"Content-Length", b"99")), b"{}", b"1.0"),
+        Request(b"POST", b"/form?token=abc&x=1", (
+            (b"Content-Type", b"application/x-www-form-urlencoded"),
+            (b"Proxy-Authorization", b"Basic dXNlcjpwYXNz"),
+            (b"X-Goog-Api-Key", b"AIza" + b"B" * 35)), b"password=hunter2"),
     ]
     head = HeadRedactor()
     for rules in (STANDARD, STANDARD.with_literals([("learned:x", learned)])):
