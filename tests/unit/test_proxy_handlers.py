@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import random
 import socket
 import threading
 import time
@@ -47,12 +48,12 @@ from wiretape.model import (
 )
 from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy
-from wiretape.proxy import upstream
+from wiretape.proxy import replay, upstream
 from wiretape.proxy.http1 import ErrorBody
 from wiretape.proxy.record import Recorder
-from wiretape.proxy.replay import Replayer, Tape
+from wiretape.proxy.replay import HeadRedactor, Replayer, Tape
 from wiretape.proxy.shapes import error_response
-from wiretape.redaction import LiveRedactor, fingerprint
+from wiretape.redaction import STANDARD, LiveRedactor, fingerprint, redact_request
 from wiretape.store.runfile import RunFile, open_run
 from wiretape.testing import AsyncFakeProvider, TextTurn
 
@@ -856,3 +857,127 @@ async def test_a_replayed_websocket_message_is_redacted_holding_the_replay_s_loc
     assert all(locked for _, locked, _ in redactor.seen)
     decisions = replayer.rows[0]["detail"]["messages"]["decisions"]
     assert [d["kind"] for d in decisions][:2] == ["exact", "exact"]
+
+
+@in_loop
+async def test_rows_decided_while_a_request_is_answered_are_stored_once_none_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row is not handed to the writer while the next request is being
+    answered (an agent that asks again at once is answered first); once no
+    request is, the rows go together, in order, without waiting for
+    ``finish``."""
+    monkeypatch.setattr(replay, "_WRITE_LATEST_S", 60.0)
+    batches: list[list[int]] = []
+    real_store = Replayer._store
+
+    def store(self: Replayer, rows: list[Any]) -> None:
+        batches.append([row["index"] for row, _, _ in rows])
+        real_store(self, rows)
+
+    monkeypatch.setattr(Replayer, "_store", store)
+    gate = asyncio.Event()
+    served = 0
+    real_serve = Replayer._serve
+
+    async def serve(self: Replayer, conn: Any, exchange: Exchange) -> None:
+        nonlocal served
+        served += 1
+        if served == 2:
+            await gate.wait()
+        await real_serve(self, conn, exchange)
+
+    monkeypatch.setattr(Replayer, "_serve", serve)
+    path = tape(tmp_path / "r.wtape", recorded(0, chat("hi")), recorded(1, chat("again")))
+    async with replaying(path, Mode.STRICT) as rp, await RawClient.open(rp.port) as client:
+        # pipelined: the second is read as soon as the first is answered
+        await client.send(request_bytes("POST", CHAT, chat("hi"), JSON)
+                          + request_bytes("POST", CHAT, chat("again"), JSON))
+        first = await asyncio.wait_for(client.response(), 20)
+        await asyncio.sleep(0.2)  # the second is held mid-answer meanwhile
+        assert [row["index"] for row in rp.replayer.rows] == [0, 1]
+        assert batches == []
+        gate.set()
+        second = await asyncio.wait_for(client.response(), 20)
+        for _ in range(400):
+            if len(logged(path, rp.replayer.replay_id)) == 2:
+                break
+            await asyncio.sleep(0.05)
+        stored_before_finish = logged(path, rp.replayer.replay_id)
+    assert [first.chunks, second.chunks] == [[f.data for f in FRAMES]] * 2
+    assert batches == [[0, 1]]
+    assert stored_before_finish == [(0, "exact", 0, True, CHAT), (1, "exact", 1, True, CHAT)]
+
+
+def test_the_head_redactor_gives_what_redact_request_gives() -> None:
+    """Each target and header field is redacted once per rules: the same
+    request head as ``redact_request`` of the request without its body,
+    however often a field comes again, and by the new rules once they
+    change (a secret learned during the replay)."""
+    key = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
+    learned = b"learned-secret-value-42"
+    heads = [
+        Request(b"POST", b"/v1/chat/completions", (
+            (b"Authorization", b"Bearer " + key.encode()), (b"Content-Type", b"application/json"),
+            (b"X-Note", b"uses " + key.encode()), (b"Content-Length", b"12")), b'{"a":"b"}'),
+        Request(b"GET", b"/v1/models?api_key=" + key.encode() + b"&limit=2", (
+            (b"x-api-key", b"plain-looking-key"), (b"Cookie", b"session=abc"),
+            (b"X-Trace", learned)), b""),
+        Request(b"POST", b"/v1/chat/completions", (
+            (b"Authorization", b"Bearer " + key.encode()), (b"Content-Type", b"application/json"),
+            (b"X-Trace", learned), (b"Content-Length", b"99")), b"{}", b"1.0"),
+        Request(b"POST", b"/form?token=abc&x=1", (
+            (b"Content-Type", b"application/x-www-form-urlencoded"),
+            (b"Proxy-Authorization", b"Basic dXNlcjpwYXNz"),
+            (b"X-Goog-Api-Key", b"AIza" + b"B" * 35)), b"password=hunter2"),
+    ]
+    head = HeadRedactor()
+    for rules in (STANDARD, STANDARD.with_literals([("learned:x", learned)])):
+        for request in heads * 2:
+            expected = redact_request(Request(request.method, request.target, request.headers,
+                                              b"", request.http_version), rules)[0]
+            assert head.redacted(request, rules) == expected
+    assert head.redacted(heads[1], rules).headers[2] != (b"X-Trace", learned)
+    assert head.redacted(heads[1], STANDARD).headers[2] == (b"X-Trace", learned)
+
+
+def test_the_tape_s_counts_give_what_going_through_the_route_gives() -> None:
+    """``masks_known`` and ``recorded_for`` answer from counts kept as the
+    tape changes: the same answers as looking at every request left on the
+    route, whatever the order in which requests are looked at for masks
+    and consumed (the prescan and the decisions interleave)."""
+    rng = random.Random(7)
+    masked_body = chat("key <redacted:sk-proj> here")
+    exchanges = []
+    for seq in range(40):
+        target = rng.choice([CHAT, "/v1/embeddings", "/v1/models?x=1"])
+        body = masked_body if rng.random() < 0.2 else chat(f"turn {seq}")
+        exchanges.append(recorded(seq, body, target=target))
+    tape_ = Tape.of(exchanges)
+    truth = {e.seq: b"<redacted" in e.request.body for e in exchanges}
+    probes = [Request(b"POST", t.encode(), (), b"") for t in
+              (CHAT, "/v1/embeddings", "/v1/models?x=2", "/v1/other")]
+
+    def expected(probe: Request) -> tuple[bool, list[int]]:
+        left = tape_.remaining.route(probe.method, probe.path)
+        known = all(c.seq in tape_._masked for c in left)
+        if left and known and not any(truth[c.seq] for c in left):
+            return known, []
+        if left and not known and not any(truth[c.seq] for c in left):
+            return known, []
+        return known, [c.seq for c in tape_.remaining]
+
+    order = list(range(40))
+    rng.shuffle(order)
+    steps = 0
+    while len(tape_.remaining):
+        if order and rng.random() < 0.5:
+            tape_._may_hold_mask(order.pop())
+        else:
+            tape_.consume(rng.choice(tape_.remaining.seqs()))
+        for probe in probes:
+            known, seqs = expected(probe)
+            assert tape_.masks_known(probe) is known
+            by_seq = {id(e.request): e.seq for e in exchanges}
+            assert [by_seq[id(r)] for r in tape_.recorded_for(probe)] == seqs
+        steps += 1
+    assert steps > 40 and tape_._masked  # both kinds of step were taken

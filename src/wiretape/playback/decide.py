@@ -223,6 +223,10 @@ class Remaining:
         found = self._routes.get((method, path))
         return list(found.values()) if found else []
 
+    def has_route(self, method: bytes, path: bytes) -> bool:
+        """Whether any is left with this method and path."""
+        return (method, path) in self._routes
+
     def same_bytes(self, request: Request) -> Iterator[Candidate]:
         """Those whose method, target and body equal ``request``'s, in order."""
         found = self._bytes.get(_bytes_key(request))

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import itertools
 import secrets
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -67,13 +67,32 @@ def new_replay_id() -> str:
 @dataclass
 class Tape:
     """The recorded exchanges and which of them are still unserved,
-    indexed as the decision looks them up (playback.decide.Remaining)."""
+    indexed as the decision looks them up (playback.decide.Remaining).
+
+    Per route, how many of those left were not looked at for masks yet
+    and how many may hold one are counted as they change (under a lock:
+    the prescan's thread looks while the loop, or a worker thread,
+    consumes), so whether a live request has anything to learn from is
+    known without going through its route."""
 
     exchanges: dict[int, Exchange]
     remaining: Remaining = field(default_factory=Remaining)
     #: per recorded exchange: whether its request may hold a redaction mask
     #: (what a live request's secrets are learned from), looked at once
     _masked: dict[int, bool] = field(default_factory=dict)
+    #: per route (method, path): those left not looked at for masks yet
+    _unknown: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
+    #: per route: those left that may hold a mask
+    _maybe: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
+    _counting: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        for cand in self.remaining:
+            known = self._masked.get(cand.seq)
+            counts = self._unknown if known is None else self._maybe if known else None
+            if counts is not None:
+                route = _route(cand.request)
+                counts[route] = counts.get(route, 0) + 1
 
     @classmethod
     def of(cls, exchanges: list[Exchange]) -> Tape:
@@ -82,7 +101,14 @@ class Tape:
                    Remaining(Candidate(e.seq, e.request) for e in ordered))
 
     def consume(self, seq: int) -> None:
-        self.remaining.consume(seq)
+        with self._counting:
+            self.remaining.consume(seq)
+            known = self._masked.get(seq)
+            route = _route(self.exchanges[seq].request)
+            if known is None:
+                self._unknown[route] -= 1
+            elif known:
+                self._maybe[route] -= 1
 
     def recorded_for(self, request: Request) -> list[Request]:
         """The recorded requests ``LiveRedactor.request`` needs to see for
@@ -90,16 +116,19 @@ class Tape:
         mask, so there is nothing to learn and the redactor's own search
         over them would find nothing; else all left, as before. (Whether
         the redacted request kept the route is checked by the caller.)"""
-        route = self.remaining.route(request.method, request.path)
-        if route and not any(self._may_hold_mask(c.seq) for c in route):
+        route = (request.method, request.path)
+        if self._unknown.get(route, 0):
+            left = self.remaining.route(request.method, request.path)
+            if left and not any(self._may_hold_mask(c.seq) for c in left):
+                return []
+        elif self._maybe.get(route, 0) == 0 and self.remaining.has_route(*route):
             return []
         return [c.request for c in self.remaining]
 
     def masks_known(self, request: Request) -> bool:
         """Whether every request left on ``request``'s route was looked at
         for masks already (:meth:`recorded_for` then reads no body)."""
-        masked = self._masked
-        return all(c.seq in masked for c in self.remaining.route(request.method, request.path))
+        return self._unknown.get((request.method, request.path), 0) == 0
 
     def look_for_masks(self, stop: Callable[[], bool] = lambda: False) -> None:
         """Look at every recorded request for masks, in order, until
@@ -118,15 +147,67 @@ class Tape:
             known = bool(coded) or any(
                 marker in part for part in (request.target, request.body)
                 for marker in _MASK_MARKERS)
-            self._masked[seq] = known
+            with self._counting:
+                if seq not in self._masked:
+                    self._masked[seq] = known
+                    if seq in self.remaining:
+                        route = _route(request)
+                        self._unknown[route] -= 1
+                        if known:
+                            self._maybe[route] = self._maybe.get(route, 0) + 1
         return known
+
+
+def _route(request: Request) -> tuple[bytes, bytes]:
+    return request.method, request.path
 
 
 #: Seconds the prescan sleeps at a time while a live request is decided.
 _PRESCAN_WAIT_S = 0.0005
 
+#: Seconds with no request being answered before the decided rows are
+#: handed to the writer thread, and the most a row waits for that.
+_WRITE_IDLE_S = 0.002
+_WRITE_LATEST_S = 0.1
+
 #: Bytes every redaction mask contains one of (``<redacted***>``, ``****``).
 _MASK_MARKERS = (REDACTED[:-1], b"****")
+
+
+class HeadRedactor:
+    """A live request's target and header fields redacted as
+    :func:`redact_request` redacts them, each distinct target and field
+    worked out once while the rules are the same object (an agent resends
+    the same fields with every request)."""
+
+    #: targets and fields kept at most (then forgotten, and worked out again)
+    KEPT = 4096
+
+    def __init__(self) -> None:
+        self._rules: Rules | None = None
+        self._targets: dict[bytes, bytes] = {}
+        self._fields: dict[tuple[bytes, bytes], tuple[bytes, bytes]] = {}
+
+    def redacted(self, request: Request, rules: Rules) -> Request:
+        """``request`` with an empty body, redacted by ``rules``: equal to
+        ``redact_request(replace(request, body=b""), rules)[0]`` (a target
+        and each header field are redacted on their own, and an empty body
+        changes no field)."""
+        if rules is not self._rules or len(self._fields) + len(self._targets) > self.KEPT:
+            self._rules, self._targets, self._fields = rules, {}, {}
+        target = self._targets.get(request.target)
+        if target is None:
+            target = redact_request(Request(b"GET", request.target, (), b""), rules)[0].target
+            self._targets[request.target] = target
+        fields = self._fields
+        headers = []
+        for pair in request.headers:
+            done = fields.get(pair)
+            if done is None:
+                done = redact_request(Request(b"GET", b"/", (pair,), b""), rules)[0].headers[0]
+                fields[pair] = done
+            headers.append(done)
+        return Request(request.method, target, tuple(headers), b"", request.http_version)
 
 
 def decision_detail(decision: Decision) -> RequestDetail:
@@ -208,7 +289,11 @@ class Replayer:
         #: rows decided, not yet handed to the writer (in decision order)
         self._unwritten: list[tuple[ReplayRow, Request, int]] = []
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
-        self._writes: list[asyncio.Future[None]] = []
+        #: (waited for by :meth:`finish` only: a write done does not wake the loop)
+        self._writes: list[concurrent.futures.Future[None]] = []
+        #: requests being answered now (rows are handed to the writer between them)
+        self._answering = 0
+        self._write_timer: asyncio.TimerHandle | None = None
         #: per recorded seq: the rules that were seen to leave its body as
         #: it is (so a live body equal to it needs no scan while they hold)
         self._clean: dict[int, Rules] = {}
@@ -216,6 +301,7 @@ class Replayer:
         self._prescan_stop = False
         #: live requests being redacted and decided now (the prescan waits)
         self._deciding = 0
+        self._head = HeadRedactor()
 
     @property
     def learned(self) -> Learned:
@@ -246,9 +332,12 @@ class Replayer:
 
     def _start_prescan(self) -> None:
         """Start looking at the recorded bodies on a worker thread (once,
-        on the event loop; see :meth:`_scan_recorded`)."""
+        on the event loop; see :meth:`_scan_recorded`), and start the
+        writer's thread (a thread's start waits for it to run: not in the
+        middle of serving)."""
         if self._prescan is None:
             self._prescan = asyncio.ensure_future(asyncio.to_thread(self._scan_recorded))
+            self._writes.append(self._log_writer().submit(lambda: None))
 
     async def prescanned(self) -> None:
         """Wait until every recorded body left has been looked at (see
@@ -315,7 +404,7 @@ class Replayer:
             return None
         if not tape.masks_known(request) or tape.recorded_for(request):
             return None
-        head, _ = redact_request(replace(request, body=b""), rules)
+        head = self._head.redacted(request, rules)
         if (head.method, head.path) != (request.method, request.path):
             return None  # moved to another route: learn as _redact does
         return replace(head, body=request.body)
@@ -325,7 +414,8 @@ class Replayer:
         writer. Raises what a write raised (RunFileError), the first one."""
         self._write_decided()
         writes, self._writes = self._writes, []
-        results = await asyncio.gather(*writes, return_exceptions=True)
+        results = await asyncio.gather(*(asyncio.wrap_future(w) for w in writes),
+                                       return_exceptions=True)
         self._prescan_stop = True
         if self._prescan is not None:
             await asyncio.gather(self._prescan, return_exceptions=True)
@@ -339,7 +429,17 @@ class Replayer:
     async def _answer(self, conn: Responder, request: Request, tape: Tape,
                       tool: str | None) -> None:
         """Decide ``request`` against ``tape`` and answer it; ``tool``: the
-        tool origin it was made to (None: a model origin)."""
+        tool origin it was made to (None: a model origin). Its row is
+        stored once no request is being answered (:meth:`_write_when_idle`)."""
+        self._answering += 1
+        try:
+            await self._decide_and_answer(conn, request, tape, tool)
+        finally:
+            self._answering -= 1
+            self._write_when_idle()
+
+    async def _decide_and_answer(self, conn: Responder, request: Request, tape: Tape,
+                                 tool: str | None) -> None:
         session = False  # a WebSocket session to play
         self._start_prescan()
         async with self._deciding_now(), self._lock:
@@ -390,37 +490,33 @@ class Replayer:
                     self._unwritten.append((row, live, time.time_ns()))
                 if self._on_decision is not None:
                     self._on_decision(row)
-        try:
-            if decision is None:
-                await self._reject(conn, request, "replay_stopped",
-                                   f"wiretape: the replay has stopped ({self.stopped}); "
-                                   "no further requests are answered")
-                return
-            if decision.serve and decision.seq is not None:
-                exchange = tape.exchanges[decision.seq]
-                if session and isinstance(conn, ClientConnection):
-                    await self._session(conn, request, live, exchange, row)
-                else:
-                    await self._serve(conn, exchange)
-            elif tool is not None:
-                # A tool's request is never forwarded: what it asked for
-                # was not recorded, and it is told so as a gateway would.
-                await self._reject(conn, request, f"replay_{decision.kind.value}",
-                                   _reason(decision, live, tool)
-                                   + "; a tool's requests are never forwarded during a replay",
-                                   status=502)
+        if decision is None:
+            await self._reject(conn, request, "replay_stopped",
+                               f"wiretape: the replay has stopped ({self.stopped}); "
+                               "no further requests are answered")
+            return
+        if decision.serve and decision.seq is not None:
+            exchange = tape.exchanges[decision.seq]
+            if session and isinstance(conn, ClientConnection):
+                await self._session(conn, request, live, exchange, row)
             else:
-                await self._reject(conn, request, f"replay_{decision.kind.value}",
-                                   _reason(decision, live))
-            if decision.stop:
-                what = "tool request" if tool is not None else "request"
-                self.stopped = (f"{decision.kind.value} {what} {live.method.decode()} "
-                                f"{_shown(live, tool)}")
-                if self._on_stop is not None:
-                    self._on_stop(self.stopped)
-        finally:
-            # After the answer: the row's write does not compete with it.
-            self._write_decided()
+                await self._serve(conn, exchange)
+        elif tool is not None:
+            # A tool's request is never forwarded: what it asked for
+            # was not recorded, and it is told so as a gateway would.
+            await self._reject(conn, request, f"replay_{decision.kind.value}",
+                               _reason(decision, live, tool)
+                               + "; a tool's requests are never forwarded during a replay",
+                               status=502)
+        else:
+            await self._reject(conn, request, f"replay_{decision.kind.value}",
+                               _reason(decision, live))
+        if decision.stop:
+            what = "tool request" if tool is not None else "request"
+            self.stopped = (f"{decision.kind.value} {what} {live.method.decode()} "
+                            f"{_shown(live, tool)}")
+            if self._on_stop is not None:
+                self._on_stop(self.stopped)
 
     async def _session(self, conn: ClientConnection, request: Request, live: Request,
                        exchange: Exchange, row: ReplayRow) -> None:
@@ -561,17 +657,50 @@ class Replayer:
                                   semantic_headers=self._policy.semantic_headers)
         return decision, explanation
 
+    def _write_when_idle(self) -> None:
+        """Hand the rows decided so far to the writer thread once no request
+        has been answered for ``_WRITE_IDLE_S``, and at the latest
+        ``_WRITE_LATEST_S`` after the first of them was decided: the
+        writer's work (and its thread's wake-up, and its hold on the GIL)
+        lands between an agent's requests, not in the next one (an agent
+        that sends its next request at once gets it answered first)."""
+        if not self._unwritten:
+            return
+        loop = asyncio.get_running_loop()
+        age = (time.time_ns() - self._unwritten[0][2]) / 1e9
+        delay = min(max(_WRITE_LATEST_S - age, 0.0), _WRITE_LATEST_S)
+        if not self._answering:
+            delay = min(delay, _WRITE_IDLE_S)
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+        self._write_timer = loop.call_later(delay, self._write_due)
+
+    def _write_due(self) -> None:
+        self._write_timer = None
+        if self._answering and self._unwritten:
+            age = (time.time_ns() - self._unwritten[0][2]) / 1e9
+            if 0 <= age < _WRITE_LATEST_S:  # (the answer's end sets the timer again)
+                self._write_timer = asyncio.get_running_loop().call_later(
+                    _WRITE_LATEST_S - age, self._write_due)
+                return
+        self._write_decided()
+
     def _write_decided(self) -> None:
         """Hand the rows decided so far to the writer thread, which stores
         them in decision order."""
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
         if not self._unwritten:
             return
         rows, self._unwritten = self._unwritten, []
+        self._writes.append(self._log_writer().submit(self._store, rows))
+
+    def _log_writer(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._writer is None:
             self._writer = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="wiretape-replay-log")
-        write = functools.partial(self._store, rows)
-        self._writes.append(asyncio.get_running_loop().run_in_executor(self._writer, write))
+        return self._writer
 
     def _store(self, rows: list[tuple[ReplayRow, Request, int]]) -> None:
         for row, live, decided_at_ns in rows:
