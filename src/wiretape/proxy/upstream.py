@@ -29,6 +29,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -276,6 +277,24 @@ class _Connection:
             machine.receive_data(data)
 
 
+#: A data chunk's size line as the fast path reads it (RFC 9112 §7.1:
+#: chunk-size CRLF): any other line (the last chunk, one with an extension,
+#: a malformed one) is h11's to read.
+_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,15})\r\n")
+#: What may begin such a line: more bytes are waited for.
+_SIZE_START = re.compile(rb"[0-9A-Fa-f]{0,15}\r?")
+_NO_BODY = frozenset({204, 304})
+
+
+def _chunked(method: bytes, head: h11.Response) -> bool:
+    """Whether h11 reads this response's body as chunked (RFC 9112 §6.3:
+    no body for HEAD, CONNECT's 2xx, 204 and 304; else Transfer-Encoding,
+    which h11 accepts only as ``chunked``, wins over Content-Length)."""
+    if method in (b"HEAD", b"CONNECT") or head.status_code in _NO_BODY:
+        return False
+    return any(name == b"transfer-encoding" for name, _ in head.headers)
+
+
 class OriginResponse:
     """The origin's response, its body not read yet: ``status_code``,
     ``reason`` (bytes), ``headers`` (raw fields in order, original case),
@@ -283,10 +302,15 @@ class OriginResponse:
     then call ``aclose`` (always)."""
 
     __slots__ = (
+        "_buf",
         "_complete",
         "_conn",
+        "_fast",
+        "_footer",
+        "_left",
         "_outcome",
         "_pool",
+        "_pos",
         "_timeouts",
         "headers",
         "http_version",
@@ -295,7 +319,10 @@ class OriginResponse:
     )
 
     def __init__(self, head: h11.Response, conn: _Connection, pool: _Pool,
-                 timeouts: Timeouts) -> None:
+                 timeouts: Timeouts, *, chunked: bool = False) -> None:
+        """``chunked``: the body is chunked (``_chunked``); its data chunks
+        are then read here, without h11's machinery per event, as long as
+        they come as h11 would read them alike (``_deliver``)."""
         self.status_code: int = head.status_code
         self.reason: bytes = bytes(head.reason)
         self.headers: Headers = tuple((bytes(k), bytes(v)) for k, v in head.headers.raw_items())
@@ -305,6 +332,13 @@ class OriginResponse:
         self._timeouts = timeouts
         self._complete = False
         self._outcome: bool | None = None
+        # The fast reading of a chunked body: from its start only (h11 holds
+        # none of it), so h11 is at a chunk's start whenever it takes over.
+        self._fast = chunked and not conn.h11.trailing_data[0]
+        self._buf = b""  # bytes received that the fast path has not read,
+        self._pos = 0  # from here
+        self._left = 0  # bytes of the current chunk's data to come
+        self._footer = 0  # bytes of the CRLF that ends it to come
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body's frames as they arrive (de-chunked, never decoded; one
@@ -349,17 +383,70 @@ class OriginResponse:
                 return delivered
             reader = conn.reader
             if conn.unread() or reader.at_eof() or reader.exception() is not None:
-                machine.receive_data(await conn.read(self._timeouts))
+                self._receive(machine, await conn.read(self._timeouts))
                 continue
             outcome = await self._arrivals(conn, on_frame)
             if outcome is not None:
                 return outcome
 
+    def _receive(self, machine: h11.Connection, data: bytes) -> None:
+        """Bytes from the origin (b"": the end of the stream)."""
+        if not self._fast:
+            machine.receive_data(data)
+            return
+        self._buf = self._buf[self._pos:] + data if self._pos < len(self._buf) else data
+        self._pos = 0
+        if not data:  # (what the end means, h11 says: at a chunk's start for it)
+            self._hand_over(machine)
+            machine.receive_data(b"")
+
+    def _hand_over(self, machine: h11.Connection) -> None:
+        """h11 reads the rest of the body, from a chunk's start."""
+        self._fast = False
+        rest, self._buf, self._pos = self._buf[self._pos:], b"", 0
+        machine.receive_data(rest)
+
     def _deliver(self, machine: h11.Connection,
                  on_frame: Callable[[bytes], bool]) -> bool | None:
-        """Hand over the frames h11 holds: True when ``on_frame`` asked to
-        stop, False at the body's end, None when h11 needs more bytes.
-        Raises httpx.RemoteProtocolError."""
+        """Hand over the frames at hand: True when ``on_frame`` asked to
+        stop, False at the body's end, None when more bytes are needed.
+
+        A chunked body's data chunks (size line, data, CRLF: RFC 9112 §7.1)
+        are read here, each part of a chunk at hand one frame, as h11 gives
+        them; from a line this does not take (the last chunk, an extension,
+        anything malformed) h11 reads the rest. Raises
+        httpx.RemoteProtocolError."""
+        while self._fast:
+            buf, pos = self._buf, self._pos
+            if self._footer:
+                end = min(len(buf), pos + self._footer)
+                if buf[pos:end] != b"\r\n"[2 - self._footer:2 - self._footer + end - pos]:
+                    raise httpx.RemoteProtocolError(
+                        f"malformed chunk footer: {buf[pos:end]!r} (expected b'\\r\\n')")
+                self._footer -= end - pos
+                self._pos = pos = end
+                if self._footer:
+                    return None
+            if self._left:
+                if pos == len(buf):
+                    return None
+                end = min(len(buf), pos + self._left)
+                frame = buf[pos:end]
+                self._left -= end - pos
+                self._pos = end
+                if not self._left:
+                    self._footer = 2
+                if on_frame(frame):
+                    return True
+                continue
+            line = _SIZE_LINE.match(buf, pos)
+            if line is not None and (size := int(line[1], 16)):
+                self._left = size
+                self._pos = line.end()
+                continue
+            if line is None and len(buf) - pos < 17 and _SIZE_START.fullmatch(buf, pos):
+                return None  # (the line's end is to come)
+            self._hand_over(machine)
         while True:
             try:
                 event = machine.next_event()
@@ -407,7 +494,7 @@ class OriginResponse:
             last = loop.time()
             conn.received = True
             try:
-                machine.receive_data(data)
+                self._receive(machine, data)
                 delivered = self._deliver(machine, on_frame)
             except Exception as exc:  # raised by relay
                 stop(error=exc)
@@ -702,7 +789,8 @@ class UpstreamClient:
                         raise _Stale from None
                     raise
                 if isinstance(event, h11.Response):
-                    return OriginResponse(event, conn, self._pool, timeouts)
+                    return OriginResponse(event, conn, self._pool, timeouts,
+                                          chunked=_chunked(request.method, event))
                 if not isinstance(event, h11.InformationalResponse):
                     raise httpx.RemoteProtocolError(
                         f"unexpected {type(event).__name__} before a response")
