@@ -520,21 +520,26 @@ class ClientConnection:
         callback for the bytes' arrival). Returns True when bytes are left
         in the client's buffer: await :meth:`drain` before writing more.
         Raises ClientGone (the connection is closing)."""
-        if self._head is None:
+        head = self._head
+        if head is None:
             return False
-        writer = self._writer
-        if writer.transport.is_closing():
+        transport = self._writer.transport
+        if transport.is_closing():
             self.closed = True
             raise ClientGone("client closed the connection")
-        if data:
-            self._hold_data(data)
-        if self._held:
+        if data and head.framing is Framing.CHUNKED and not self._held:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # (as _hold_data makes it)
+        else:
+            if data:
+                self._hold_data(data)
+            if not self._held:
+                return transport.get_write_buffer_size() > 0
             held = self._take_held()
-            writer.write(held[0] if len(held) == 1 else b"".join(held))
-            if writer.transport.is_closing():  # (the socket refused it)
-                self.closed = True
-                raise ClientGone("client closed the connection")
-        return writer.transport.get_write_buffer_size() > 0
+            transport.write(held[0] if len(held) == 1 else b"".join(held))
+        if transport.is_closing():  # (the socket refused it)
+            self.closed = True
+            raise ClientGone("client closed the connection")
+        return transport.get_write_buffer_size() > 0
 
     def _hold_data(self, data: bytes) -> None:
         head = self._head

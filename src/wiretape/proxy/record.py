@@ -235,21 +235,24 @@ class Recorder:
 
             def on_frame(chunk: bytes) -> bool:
                 nonlocal left, held
-                gathered.add(time.monotonic_ns() - t0, chunk)
+                arrived = time.monotonic_ns() - t0
                 if left is not None:
                     left -= len(chunk)
                     if left == 0:  # the frame that ends the body waits for the commit
+                        gathered.add(arrived, chunk)
                         held = chunk
                         return False
                 relayed, held = held + chunk, b""  # (an origin that sent too much)
                 if write_now is None:
+                    gathered.add(arrived, chunk)
                     waiting.append(relayed)
                     return True
                 try:
                     busy = write_now(relayed)
                 except ClientGone as exc:
                     broke.append(exc)
-                    return True
+                    busy = True
+                gathered.add(arrived, chunk)  # (after the relay, with its arrival's time)
                 return busy or gathered.due()
 
             try:

@@ -491,14 +491,15 @@ class OriginResponse:
 
         def sink(data: bytes) -> None:
             nonlocal last
-            last = loop.time()
-            conn.received = True
             try:
                 self._receive(machine, data)
                 delivered = self._deliver(machine, on_frame)
             except Exception as exc:  # raised by relay
                 stop(error=exc)
                 return
+            finally:  # (after the frames' relay)
+                last = loop.time()
+                conn.received = True
             if delivered is not None:
                 stop(delivered)
 
