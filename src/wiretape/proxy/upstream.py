@@ -341,10 +341,10 @@ class OriginResponse:
         self._footer = 0  # bytes of the CRLF that ends it to come
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
-        """The body's frames as they arrive (de-chunked, never decoded; one
-        per h11 data event). Raises httpx.ReadTimeout (nothing came for
-        ``Timeouts.read`` s), httpx.ReadError, httpx.RemoteProtocolError
-        (a body cut short, bad framing)."""
+        """The body's frames as they arrive (``relay``'s). Raises
+        httpx.ReadTimeout (nothing came for ``Timeouts.read`` s),
+        httpx.ReadError, httpx.RemoteProtocolError (a body cut short, bad
+        framing)."""
         frames: list[bytes] = []
 
         def take(frame: bytes) -> bool:
@@ -359,8 +359,9 @@ class OriginResponse:
             frames.clear()
 
     async def relay(self, on_frame: Callable[[bytes], bool]) -> bool:
-        """Hand the body's frames (de-chunked, never decoded; one per h11
-        data event) to ``on_frame`` as they arrive: it is called in the
+        """Hand the body's frames (de-chunked, never decoded; one per part
+        of a chunk, or of a body not chunked, at hand) to ``on_frame`` as
+        they arrive: it is called in the
         event loop's callback for the bytes' arrival, nothing awaited in
         between, so it can write a frame on at once. ``on_frame`` returns
         True when its caller has something to await before the next frame
@@ -466,11 +467,11 @@ class OriginResponse:
 
     async def _arrivals(self, conn: _Connection, on_frame: Callable[[bytes], bool],
                         ) -> bool | None:
-        """Wait for the origin's bytes, each arrival handed to h11 and its
-        frames to ``on_frame`` by the protocol's sink, until ``on_frame``
-        asks to stop or the body ends (then True, ``_outcome`` set), or the
-        stream ends or breaks (None: the reader has the end or the error).
-        Raises as ``relay``."""
+        """Wait for the origin's bytes, each arrival read and its frames
+        handed to ``on_frame`` by the protocol's sink, until ``on_frame``
+        asks to stop (True) or the body ends (False), or the stream ends or
+        breaks (None: the reader has the end or the error). Raises as
+        ``relay``."""
         loop = asyncio.get_running_loop()
         wake: asyncio.Future[None] = loop.create_future()
         limit = self._timeouts.read
