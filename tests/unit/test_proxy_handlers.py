@@ -981,3 +981,41 @@ def test_the_tape_s_counts_give_what_going_through_the_route_gives() -> None:
             assert [by_seq[id(r)] for r in tape_.recorded_for(probe)] == seqs
         steps += 1
     assert steps > 40 and tape_._masked  # both kinds of step were taken
+
+
+async def test_record_an_origin_falling_silent_mid_stream_ends_timeout_with_what_came(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames closer together than the read timeout keep the stream going
+    for longer than it; then silence for that long cuts it."""
+    monkeypatch.setattr(upstream, "DEFAULT_TIMEOUT", upstream.Timeouts(connect=5.0, read=0.3))
+    events = [b"data: {\"n\": %d}\n\n" % i for i in range(8)]
+    held: list[asyncio.StreamWriter] = []
+
+    async def stalls(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        for event in events:  # 0.8 s of frames 0.1 s apart
+            await asyncio.sleep(0.1)
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+
+    origin = await asyncio.start_server(stalls, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{origin.sockets[0].getsockname()[1]}/v1"
+    try:
+        async with (recording(tmp_path / "r.wtape", url) as rec,
+                    await RawClient.open(rec.port) as client):
+            await client.send(request_bytes("POST", CHAT, chat("hi", stream=True), JSON))
+            got = await client.response()
+    finally:
+        for writer in held:
+            writer.close()
+        origin.close()
+    assert got.status == 200 and not got.complete  # cut: no terminating chunk
+    assert got.chunks == events
+    [ex] = stored(tmp_path / "r.wtape")
+    assert ex.ending is Ending.TIMEOUT
+    assert ex.error is not None and ex.error.startswith("ReadTimeout"), ex.error
+    assert ex.response is not None
+    assert_frames(ex.response, events)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -504,3 +505,196 @@ def test_targets_and_fields_that_would_change_the_message_are_refused() -> None:
     assert build_request("http://[::1]:81", "[::1]:81", post()).key == ("http", "::1", 81, None)
     assert build_request("https://bücher.example", "xn--bcher-kva.example", post()).key == (
         "https", "xn--bcher-kva.example", 443, "xn--bcher-kva.example")
+
+
+async def relayed(response: OriginResponse, stop_every: int = 0,
+                  ) -> tuple[list[bytes], list[bool], int]:
+    """Read the body through ``relay``: the frames, whether each was handed
+    over with no task running (in the connection's callback), and how
+    often relay returned asking for more (``on_frame`` True every
+    ``stop_every`` frames)."""
+    frames: list[bytes] = []
+    in_callback: list[bool] = []
+
+    def on_frame(frame: bytes) -> bool:
+        frames.append(frame)
+        in_callback.append(asyncio.current_task() is None)
+        return bool(stop_every) and len(frames) % stop_every == 0
+
+    stops = 0
+    try:
+        while await response.relay(on_frame):
+            stops += 1
+    finally:
+        await response.aclose()
+    return frames, in_callback, stops
+
+
+def chunked_head() -> bytes:
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+@in_loop
+async def test_frames_are_handed_over_in_the_connections_callback_as_they_arrive() -> None:
+    events = [b"data: %d\n\n" % i for i in range(5)]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await origin.head(reader)
+        writer.write(chunked_head())
+        for event in events:
+            await asyncio.sleep(0.03)
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await keep_alive(reader, writer, origin)
+
+    origin = Origin(serve)
+    client = UpstreamClient()
+    async with origin.running() as port:
+        response = await client.send(build_request(f"http://127.0.0.1:{port}", "a", post()))
+        frames, in_callback, stops = await relayed(response)
+        _, again = await fetch(client, port, post())
+        await client.aclose()
+    assert frames == events
+    assert in_callback == [True] * len(events)  # no task woken per frame
+    assert stops == 0
+    assert again == [b'{"ok":true}'] and origin.connections == 1  # the end read: kept alive
+
+
+@in_loop
+async def test_relay_stops_when_asked_and_goes_on_in_order_with_the_frames_held() -> None:
+    events = [b"event %d " % i * (i % 4 + 1) for i in range(40)]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await origin.head(reader)
+        writer.write(chunked_head())
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(body)  # every chunk in one write
+        await keep_alive(reader, writer, origin)
+
+    origin = Origin(serve)
+    client = UpstreamClient()
+    async with origin.running() as port:
+        response = await client.send(build_request(f"http://127.0.0.1:{port}", "a", post()))
+        frames, _, stops = await relayed(response, stop_every=7)
+        await fetch(client, port, post())
+        await client.aclose()
+    assert frames == events
+    assert stops == len(events) // 7
+    assert origin.connections == 1
+
+
+@pytest.mark.parametrize(("written", "frames"), [
+    # an extension: h11 reads from that line on, alike
+    (b"5\r\nhello\r\n3;name=value\r\nabc\r\n4\r\nwxyz\r\n0\r\n\r\n", [b"hello", b"abc", b"wxyz"]),
+    # upper-case sizes, then a trailer section after the last chunk
+    (b"A\r\n0123456789\r\n3\r\nabc\r\n0\r\nX-Trailer: 1\r\n\r\n", [b"0123456789", b"abc"]),
+])
+@in_loop
+async def test_chunked_bodies_are_read_as_h11_reads_them(written: bytes,
+                                                        frames: list[bytes]) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await origin.head(reader)
+        writer.write(chunked_head())
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(written)
+        await keep_alive(reader, writer, origin)
+
+    origin = Origin(serve)
+    client = UpstreamClient()
+    async with origin.running() as port:
+        response = await client.send(build_request(f"http://127.0.0.1:{port}", "a", post()))
+        got, _, _ = await relayed(response)
+        await fetch(client, port, post())
+        await client.aclose()
+    assert got == frames
+    assert origin.connections == 1
+
+
+@in_loop
+async def test_a_chunked_body_split_anywhere_gives_each_chunks_bytes_in_its_own_frames() -> None:
+    events = [b"data: {\"n\": %d}\n\n" % i for i in range(6)]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await origin.head(reader)
+        writer.write(chunked_head())
+        await writer.drain()
+        for i in range(0, len(body), 3):  # three bytes at a time
+            writer.write(body[i:i + 3])
+            await writer.drain()
+            await asyncio.sleep(0.002)
+        await keep_alive(reader, writer, origin)
+
+    origin = Origin(serve)
+    client = UpstreamClient()
+    async with origin.running() as port:
+        response = await client.send(build_request(f"http://127.0.0.1:{port}", "a", post()))
+        frames, _, _ = await relayed(response)
+        await fetch(client, port, post())
+        await client.aclose()
+    assert b"".join(frames) == b"".join(events)
+    ends = list(itertools.accumulate(len(e) for e in events))
+    cuts = list(itertools.accumulate(len(f) for f in frames))
+    assert set(ends) <= set(cuts)  # no frame spans two chunks
+    assert origin.connections == 1
+
+
+@pytest.mark.parametrize(("written", "error"), [
+    (b"3\r\nabcXY", "malformed chunk footer"),  # no CRLF after the data
+    (b"3\r\nabc\r\nzz\r\n", "illegal chunk header"),  # h11's to say
+    (b"9\r\nabc", "incomplete chunked read"),  # the stream ends inside a chunk
+])
+@in_loop
+async def test_a_bad_or_cut_chunked_body_is_a_remote_protocol_error(written: bytes,
+                                                                   error: str) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await origin.head(reader)
+        writer.write(chunked_head())
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(written)
+        await writer.drain()
+        writer.close()
+
+    origin = Origin(serve)
+    client = UpstreamClient()
+    async with origin.running() as port:
+        response = await client.send(build_request(f"http://127.0.0.1:{port}", "a", post()))
+        with pytest.raises(httpx.RemoteProtocolError, match=error):
+            await relayed(response)
+        await client.aclose()
+
+
+@in_loop
+async def test_a_body_times_out_after_read_seconds_of_silence_not_of_streaming() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await origin.head(reader)
+        writer.write(chunked_head())
+        for i in range(12):  # 1.2 s of frames, 0.1 s apart: longer than the read timeout
+            await asyncio.sleep(0.1)
+            writer.write(b"2\r\n%02d\r\n" % i)
+            await writer.drain()
+        await asyncio.sleep(30)  # then silence
+
+    origin = Origin(serve)
+    client = UpstreamClient(timeouts=Timeouts(read=0.35))
+    async with origin.running() as port:
+        response = await client.send(build_request(f"http://127.0.0.1:{port}", "a", post()))
+        frames: list[bytes] = []
+        with pytest.raises(httpx.ReadTimeout, match=r"sent nothing for 0\.35 s"):
+            await relayed_into(response, frames)
+        await client.aclose()
+    assert frames == [b"%02d" % i for i in range(12)]
+
+
+async def relayed_into(response: OriginResponse, frames: list[bytes]) -> None:
+    try:
+        while await response.relay(lambda frame: frames.append(frame) is not None):
+            pass
+    finally:
+        await response.aclose()

@@ -553,16 +553,48 @@ class ClientConnection:
         if self._head is None:
             return
         if data:
-            if self._head.framing is Framing.CHUNKED:
-                # (h11 is not told: a chunk changes none of its state, and
-                # the bytes it would make are these)
-                self._hold(b"%x\r\n" % len(data) + data + b"\r\n")
-            else:
-                if self._head.framing is not Framing.NONE:
-                    self._hold(data)
-                self._h11_send_quietly(h11.Data(data=data))
+            self._hold_data(data)
         if not more or self._held_bytes >= HOLD_AT_MOST:
             await self.flush()
+
+    def send_data_now(self, data: bytes) -> bool:
+        """Write one piece of the body (one chunk when chunked) with what
+        was held, at once and without waiting (a relay in the event loop's
+        callback for the bytes' arrival). Returns True when bytes are left
+        in the client's buffer: await :meth:`drain` before writing more.
+        Raises ClientGone (the connection is closing)."""
+        head = self._head
+        if head is None:
+            return False
+        transport = self._writer.transport
+        if transport.is_closing():
+            self.closed = True
+            raise ClientGone("client closed the connection")
+        if data and head.framing is Framing.CHUNKED and not self._held:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # (as _hold_data makes it)
+        else:
+            if data:
+                self._hold_data(data)
+            if not self._held:
+                return transport.get_write_buffer_size() > 0
+            held = self._take_held()
+            transport.write(held[0] if len(held) == 1 else b"".join(held))
+        if transport.is_closing():  # (the socket refused it)
+            self.closed = True
+            raise ClientGone("client closed the connection")
+        return transport.get_write_buffer_size() > 0
+
+    def _hold_data(self, data: bytes) -> None:
+        head = self._head
+        assert head is not None
+        if head.framing is Framing.CHUNKED:
+            # (h11 is not told: a chunk changes none of its state, and
+            # the bytes it would make are these)
+            self._hold(b"%x\r\n" % len(data) + data + b"\r\n")
+        else:
+            if head.framing is not Framing.NONE:
+                self._hold(data)
+            self._h11_send_quietly(h11.Data(data=data))
 
     async def answer(self, status: int, reason: bytes, headers: Headers, body: bytes, *,
                      keep_alive: bool = True) -> None:
@@ -586,6 +618,11 @@ class ClientConnection:
             held = self._take_held()
             self._writer.write(held[0] if len(held) == 1 else b"".join(held))
             await self._drain()
+
+    async def drain(self) -> None:
+        """Wait while the client's buffer is full (after
+        :meth:`send_data_now`). Raises ClientGone."""
+        await self._drain()
 
     async def end(self) -> None:
         """Finish the response normally (terminating chunk when chunked),

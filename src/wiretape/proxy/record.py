@@ -239,23 +239,53 @@ class Recorder:
             except ClientGone as exc:
                 client_ok, ending = False, Ending.CLIENT_GONE
                 error = _gone(exc, "before the response's head reached it")
+            # Each frame is relayed by ``on_frame`` in the event loop's
+            # callback for its arrival (nothing awaited in between); the
+            # loop below awaits only what it asks for: a full client buffer,
+            # bytes to spool, frames to send through an HTTP/2 stream.
+            write_now = conn.send_data_now if isinstance(conn, ClientConnection) else None
+            waiting: list[bytes] = []  # frames to send by awaiting
+            broke: list[ClientGone] = []
+
+            def on_frame(chunk: bytes) -> bool:
+                nonlocal left, held
+                arrived = time.monotonic_ns() - t0
+                if left is not None:
+                    left -= len(chunk)
+                    if left == 0:  # the frame that ends the body waits for the commit
+                        gathered.add(arrived, chunk)
+                        held = chunk
+                        return False
+                relayed, held = held + chunk, b""  # (an origin that sent too much)
+                if write_now is None:
+                    gathered.add(arrived, chunk)
+                    waiting.append(relayed)
+                    return True
+                try:
+                    busy = write_now(relayed)
+                except ClientGone as exc:
+                    broke.append(exc)
+                    busy = True
+                gathered.add(arrived, chunk)  # (after the relay, with its arrival's time)
+                return busy or gathered.due()
+
             try:
-                if client_ok:
-                    async for chunk in origin_resp.aiter_raw():
-                        gathered.add(time.monotonic_ns() - t0, chunk)
-                        if left is not None:
-                            left -= len(chunk)
-                            if left == 0:  # the frame that ends the body waits for the commit
-                                held = chunk
-                                continue
-                        relayed, held = held + chunk, b""  # (an origin that sent too much)
-                        try:
-                            await conn.send_data(relayed)
-                        except ClientGone as exc:
-                            ending = Ending.CLIENT_GONE
-                            error = _gone(exc, "during the response's body")
-                            break
-                        await gathered.spill()  # after the relay: may wait for the disk
+                more = client_ok
+                while more:
+                    more = await origin_resp.relay(on_frame)
+                    try:
+                        if broke:
+                            raise broke[0]
+                        for chunk in waiting:
+                            await conn.send_data(chunk)
+                        waiting.clear()
+                        if isinstance(conn, ClientConnection):
+                            await conn.drain()
+                    except ClientGone as exc:
+                        ending = Ending.CLIENT_GONE
+                        error = _gone(exc, "during the response's body")
+                        break
+                    await gathered.spill()  # after the relay: may wait for the disk
             except httpx.TimeoutException as exc:
                 ending, error = Ending.TIMEOUT, f"{type(exc).__name__}: {exc}"
             except httpx.TransportError as exc:

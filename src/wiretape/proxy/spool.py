@@ -239,11 +239,15 @@ class Gathered:
         self._pending.append(data)
         self._pending_bytes += len(data)
 
+    def due(self) -> bool:
+        """Whether :meth:`spill` has bytes to hand over (enough are held)."""
+        return self._pending_bytes >= (self._spool_at if self.spool is None else self._batch)
+
     async def spill(self) -> None:
         """Hand the bytes held to the spool once there are enough (the
         first time: more than ``spool_at``); may wait for the disk
         (backpressure). Call it after the frame is relayed."""
-        if self._pending_bytes < (self._spool_at if self.spool is None else self._batch):
+        if not self.due():
             return
         if self.spool is None:
             self.spool = self._start_spool()

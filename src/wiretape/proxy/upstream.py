@@ -29,9 +29,10 @@ import asyncio
 import collections
 import contextlib
 import functools
+import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 import h11
@@ -178,16 +179,48 @@ def _stub(method: bytes) -> h11.Request:
     return stub
 
 
+class _Protocol(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, but the bytes received can go to a
+    ``sink`` instead of the reader: called in the event loop's callback for
+    their arrival, so that a body's frame is relayed with nothing awaited
+    in between (``OriginResponse.relay``). ``poke`` is called when the
+    origin ends the stream or the connection is lost (the reader has the
+    end or the error, as without a sink)."""
+
+    sink: Callable[[bytes], None] | None = None
+    poke: Callable[[], None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        sink = self.sink
+        if sink is None:
+            super().data_received(data)
+        else:
+            sink(data)
+
+    def eof_received(self) -> bool | None:
+        keep_open = super().eof_received()
+        if self.poke is not None:
+            self.poke()
+        return keep_open
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.poke is not None:
+            self.poke()
+
+
 class _Connection:
     """One connection to an origin and its h11 state."""
 
-    __slots__ = ("closed", "h11", "idle_since", "key", "reader", "received", "reused", "writer")
+    __slots__ = ("closed", "h11", "idle_since", "key", "protocol", "reader", "received",
+                 "reused", "writer")
 
     def __init__(self, key: PoolKey, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+                 writer: asyncio.StreamWriter, protocol: _Protocol) -> None:
         self.key = key
         self.reader = reader
         self.writer = writer
+        self.protocol = protocol
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         self.idle_since = 0.0
         self.reused = False
@@ -200,9 +233,12 @@ class _Connection:
         sent nothing since its last response ended (bytes that would be
         taken for the next request's response)."""
         reader = self.reader
-        unread: bytearray = getattr(reader, "_buffer", bytearray())  # (no public view)
         return not (self.writer.transport.is_closing() or reader.exception() is not None
-                    or reader.at_eof() or unread or self.h11.trailing_data[0])
+                    or reader.at_eof() or self.unread() or self.h11.trailing_data[0])
+
+    def unread(self) -> bool:
+        """Whether the reader holds bytes not read yet."""
+        return bool(getattr(self.reader, "_buffer", b""))  # (no public view)
 
     def close(self) -> None:
         self.closed = True
@@ -241,6 +277,24 @@ class _Connection:
             machine.receive_data(data)
 
 
+#: A data chunk's size line as the fast path reads it (RFC 9112 §7.1:
+#: chunk-size CRLF): any other line (the last chunk, one with an extension,
+#: a malformed one) is h11's to read.
+_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,15})\r\n")
+#: What may begin such a line: more bytes are waited for.
+_SIZE_START = re.compile(rb"[0-9A-Fa-f]{0,15}\r?")
+_NO_BODY = frozenset({204, 304})
+
+
+def _chunked(method: bytes, head: h11.Response) -> bool:
+    """Whether h11 reads this response's body as chunked (RFC 9112 §6.3:
+    no body for HEAD, CONNECT's 2xx, 204 and 304; else Transfer-Encoding,
+    which h11 accepts only as ``chunked``, wins over Content-Length)."""
+    if method in (b"HEAD", b"CONNECT") or head.status_code in _NO_BODY:
+        return False
+    return any(name == b"transfer-encoding" for name, _ in head.headers)
+
+
 class OriginResponse:
     """The origin's response, its body not read yet: ``status_code``,
     ``reason`` (bytes), ``headers`` (raw fields in order, original case),
@@ -248,9 +302,15 @@ class OriginResponse:
     then call ``aclose`` (always)."""
 
     __slots__ = (
+        "_buf",
         "_complete",
         "_conn",
+        "_fast",
+        "_footer",
+        "_left",
+        "_outcome",
         "_pool",
+        "_pos",
         "_timeouts",
         "headers",
         "http_version",
@@ -259,7 +319,10 @@ class OriginResponse:
     )
 
     def __init__(self, head: h11.Response, conn: _Connection, pool: _Pool,
-                 timeouts: Timeouts) -> None:
+                 timeouts: Timeouts, *, chunked: bool = False) -> None:
+        """``chunked``: the body is chunked (``_chunked``); its data chunks
+        are then read here, without h11's machinery per event, as long as
+        they come as h11 would read them alike (``_deliver``)."""
         self.status_code: int = head.status_code
         self.reason: bytes = bytes(head.reason)
         self.headers: Headers = tuple((bytes(k), bytes(v)) for k, v in head.headers.raw_items())
@@ -268,24 +331,200 @@ class OriginResponse:
         self._pool = pool
         self._timeouts = timeouts
         self._complete = False
+        self._outcome: bool | None = None
+        # The fast reading of a chunked body: from its start only (h11 holds
+        # none of it), so h11 is at a chunk's start whenever it takes over.
+        self._fast = chunked and not conn.h11.trailing_data[0]
+        self._buf = b""  # bytes received that the fast path has not read,
+        self._pos = 0  # from here
+        self._left = 0  # bytes of the current chunk's data to come
+        self._footer = 0  # bytes of the CRLF that ends it to come
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
-        """The body's frames as they arrive (de-chunked, never decoded; one
-        per h11 data event). Raises httpx.ReadTimeout (nothing came for
-        ``Timeouts.read`` s), httpx.ReadError, httpx.RemoteProtocolError
-        (a body cut short, bad framing)."""
+        """The body's frames as they arrive (``relay``'s). Raises
+        httpx.ReadTimeout (nothing came for ``Timeouts.read`` s),
+        httpx.ReadError, httpx.RemoteProtocolError (a body cut short, bad
+        framing)."""
+        frames: list[bytes] = []
+
+        def take(frame: bytes) -> bool:
+            frames.append(frame)
+            return True
+
+        more = True
+        while more:
+            more = await self.relay(take)
+            for frame in frames:
+                yield frame
+            frames.clear()
+
+    async def relay(self, on_frame: Callable[[bytes], bool]) -> bool:
+        """Hand the body's frames (de-chunked, never decoded; one per part
+        of a chunk, or of a body not chunked, at hand) to ``on_frame`` as
+        they arrive: it is called in the
+        event loop's callback for the bytes' arrival, nothing awaited in
+        between, so it can write a frame on at once. ``on_frame`` returns
+        True when its caller has something to await before the next frame
+        (a client's full buffer, bytes to spool): this then returns True,
+        and the frames after it wait (read, but not handed over) until this
+        is called again. Returns False once the body has ended (all its
+        frames handed over).
+
+        One timer watches the origin's silence, re-armed when it expires
+        (not per read): raises httpx.ReadTimeout once nothing came for
+        ``Timeouts.read`` s; httpx.ReadError, httpx.RemoteProtocolError (a
+        body cut short, bad framing), or what ``on_frame`` raised."""
         conn = self._conn
-        if conn is None:
-            return
+        if conn is None or self._complete:
+            return False
+        machine = conn.h11
         while True:
-            event = await conn.next_event(self._timeouts)
-            if isinstance(event, h11.Data):
-                yield bytes(event.data)
+            delivered = self._deliver(machine, on_frame)
+            if delivered is not None:
+                return delivered
+            reader = conn.reader
+            if conn.unread() or reader.at_eof() or reader.exception() is not None:
+                self._receive(machine, await conn.read(self._timeouts))
+                continue
+            outcome = await self._arrivals(conn, on_frame)
+            if outcome is not None:
+                return outcome
+
+    def _receive(self, machine: h11.Connection, data: bytes) -> None:
+        """Bytes from the origin (b"": the end of the stream)."""
+        if not self._fast:
+            machine.receive_data(data)
+            return
+        self._buf = self._buf[self._pos:] + data if self._pos < len(self._buf) else data
+        self._pos = 0
+        if not data:  # (what the end means, h11 says: at a chunk's start for it)
+            self._hand_over(machine)
+            machine.receive_data(b"")
+
+    def _hand_over(self, machine: h11.Connection) -> None:
+        """h11 reads the rest of the body, from a chunk's start."""
+        self._fast = False
+        rest, self._buf, self._pos = self._buf[self._pos:], b"", 0
+        machine.receive_data(rest)
+
+    def _deliver(self, machine: h11.Connection,
+                 on_frame: Callable[[bytes], bool]) -> bool | None:
+        """Hand over the frames at hand: True when ``on_frame`` asked to
+        stop, False at the body's end, None when more bytes are needed.
+
+        A chunked body's data chunks (size line, data, CRLF: RFC 9112 §7.1)
+        are read here, each part of a chunk at hand one frame, as h11 gives
+        them; from a line this does not take (the last chunk, an extension,
+        anything malformed) h11 reads the rest. Raises
+        httpx.RemoteProtocolError."""
+        while self._fast:
+            buf, pos = self._buf, self._pos
+            if self._footer:
+                end = min(len(buf), pos + self._footer)
+                if buf[pos:end] != b"\r\n"[2 - self._footer:2 - self._footer + end - pos]:
+                    raise httpx.RemoteProtocolError(
+                        f"malformed chunk footer: {buf[pos:end]!r} (expected b'\\r\\n')")
+                self._footer -= end - pos
+                self._pos = pos = end
+                if self._footer:
+                    return None
+            if self._left:
+                if pos == len(buf):
+                    return None
+                end = min(len(buf), pos + self._left)
+                frame = buf[pos:end]
+                self._left -= end - pos
+                self._pos = end
+                if not self._left:
+                    self._footer = 2
+                if on_frame(frame):
+                    return True
+                continue
+            line = _SIZE_LINE.match(buf, pos)
+            if line is not None and (size := int(line[1], 16)):
+                self._left = size
+                self._pos = line.end()
+                continue
+            if line is None and len(buf) - pos < 17 and _SIZE_START.fullmatch(buf, pos):
+                return None  # (the line's end is to come)
+            self._hand_over(machine)
+        while True:
+            try:
+                event = machine.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            if event is h11.NEED_DATA:
+                return None
+            if type(event) is h11.Data:
+                if on_frame(bytes(event.data)):
+                    return True
             elif isinstance(event, h11.EndOfMessage):
                 self._complete = True
-                return
+                return False
             else:  # (h11 ends every body with EndOfMessage, or raises)
-                raise httpx.RemoteProtocolError(f"unexpected {type(event).__name__} in a body")
+                raise httpx.RemoteProtocolError(
+                    f"unexpected {type(event).__name__} in a body")
+
+    async def _arrivals(self, conn: _Connection, on_frame: Callable[[bytes], bool],
+                        ) -> bool | None:
+        """Wait for the origin's bytes, each arrival read and its frames
+        handed to ``on_frame`` by the protocol's sink, until ``on_frame``
+        asks to stop (True) or the body ends (False), or the stream ends or
+        breaks (None: the reader has the end or the error). Raises as
+        ``relay``."""
+        loop = asyncio.get_running_loop()
+        wake: asyncio.Future[None] = loop.create_future()
+        limit = self._timeouts.read
+        last = loop.time()
+        machine = conn.h11
+        protocol = conn.protocol
+
+        def stop(outcome: bool | None = None, error: BaseException | None = None) -> None:
+            protocol.sink = protocol.poke = None
+            if wake.done():
+                return
+            if error is not None:
+                wake.set_exception(error)
+            else:
+                if outcome is not None:
+                    self._outcome = outcome
+                wake.set_result(None)
+
+        def sink(data: bytes) -> None:
+            nonlocal last
+            try:
+                self._receive(machine, data)
+                delivered = self._deliver(machine, on_frame)
+            except Exception as exc:  # raised by relay
+                stop(error=exc)
+                return
+            finally:  # (after the frames' relay)
+                last = loop.time()
+                conn.received = True
+            if delivered is not None:
+                stop(delivered)
+
+        timer: asyncio.TimerHandle
+
+        def check() -> None:
+            nonlocal timer
+            if wake.done():
+                return
+            due = last + limit
+            if loop.time() >= due:
+                stop(error=httpx.ReadTimeout(f"the origin sent nothing for {limit:g} s"))
+            else:  # bytes came meanwhile: watch from the last arrival
+                timer = loop.call_at(due, check)
+
+        self._outcome = None
+        timer = loop.call_at(last + limit, check)
+        protocol.sink, protocol.poke = sink, stop
+        try:
+            await wake
+        finally:
+            protocol.sink = protocol.poke = None
+            timer.cancel()
+        return self._outcome
 
     async def aclose(self) -> None:
         """Give the connection back to the pool when the response was read
@@ -500,11 +739,15 @@ class UpstreamClient:
         conn = None
         try:
             tls = self._tls if scheme == "https" else None
+            loop = asyncio.get_running_loop()
+            reader = asyncio.StreamReader(limit=READ_SIZE, loop=loop)
+            protocol = _Protocol(reader, loop=loop)
             async with asyncio.timeout(timeouts.connect):
-                reader, writer = await asyncio.open_connection(
-                    address, port, ssl=tls, server_hostname=server_name if tls else None,
-                    happy_eyeballs_delay=0.25, limit=READ_SIZE)
-            conn = _Connection(key, reader, writer)
+                transport, _ = await loop.create_connection(
+                    lambda: protocol, address, port, ssl=tls,
+                    server_hostname=server_name if tls else None, happy_eyeballs_delay=0.25)
+            conn = _Connection(key, reader, asyncio.StreamWriter(transport, protocol, reader, loop),
+                               protocol)
         except TimeoutError:
             raise httpx.ConnectTimeout(f"cannot connect to {address}:{port} in "
                                        f"{timeouts.connect:g} s") from None
@@ -548,7 +791,8 @@ class UpstreamClient:
                         raise _Stale from None
                     raise
                 if isinstance(event, h11.Response):
-                    return OriginResponse(event, conn, self._pool, timeouts)
+                    return OriginResponse(event, conn, self._pool, timeouts,
+                                          chunked=_chunked(request.method, event))
                 if not isinstance(event, h11.InformationalResponse):
                     raise httpx.RemoteProtocolError(
                         f"unexpected {type(event).__name__} before a response")
