@@ -426,7 +426,7 @@ def main() -> None:
                               "load_average_at_start": os.getloadavg()}
     procs: list[Proc] = []
     try:
-        with upstream() as direct, relay(direct) as floor:
+        with upstream() as direct, relay(direct) as (floor, _):
             try:
                 measure(args, fig, tmp, direct, floor, procs, n_small=n_small,
                         n_sessions=n_sessions, stream_rounds=stream_rounds, frames=frames,

@@ -16,9 +16,9 @@ or, started with a fixed ``answer``, that answer (JSON) to every request
 but the streams. Request bodies are read whole (Content-Length or chunked).
 
 The floor (``relay(url)``): a bare asyncio TCP relay in a process of its
-own, each client connection piped byte for byte to a connection of its own
-to the upstream (no HTTP parsed, nothing stored): the least any
-asyncio proxy in Python adds, measured beside wiretape.
+own, each client connection piped byte for byte, by protocol callbacks, to
+a connection of its own to the upstream (no HTTP parsed, nothing stored):
+the least any asyncio proxy in Python adds, measured beside wiretape.
 
 Imported by the scripts beside it (``python bench/NAME.py`` puts ``bench``
 first on ``sys.path``); run as ``python bench/common.py --upstream PORT_FILE
@@ -274,26 +274,56 @@ def serve_upstream(port_file: Path, answer: bytes | None = None) -> None:
     asyncio.run(run())
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(256 * KIB):
-            writer.write(data)
-            await writer.drain()
-    except ConnectionError:
-        pass
-    finally:
-        writer.close()
+class _Pipe(asyncio.Protocol):
+    """One side of the relay: what it receives goes to its peer."""
+
+    def __init__(self) -> None:
+        self.peer: _Pipe | None = None
+        self.transport: asyncio.Transport | None = None
+        self.early: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None:
+            peer.transport.write(data)
+        else:
+            self.early.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
 
 
 def serve_relay(port_file: Path, host: str, port: int) -> None:
-    """Run the relay until killed; write its port to ``port_file``."""
-
-    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(host, port)
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+    """Run the relay until killed; write its port to ``port_file``. Each
+    client connection gets one of its own to ``host:port``; bytes are
+    written on in the callback that receives them (asyncio protocols, no
+    stream, no task per read): the least an asyncio proxy can do."""
 
     async def run() -> None:
-        server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+        loop = asyncio.get_running_loop()
+        dials: set[asyncio.Task[None]] = set()
+
+        def client_side() -> _Pipe:
+            client = _Pipe()
+
+            async def dial() -> None:
+                _, origin = await loop.create_connection(_Pipe, host, port)
+                origin.peer, client.peer = client, origin
+                for data in client.early:
+                    assert origin.transport is not None
+                    origin.transport.write(data)
+
+            task = loop.create_task(dial())
+            dials.add(task)
+            task.add_done_callback(dials.discard)
+            return client
+
+        server = await loop.create_server(client_side, "127.0.0.1", 0)
         port_file.write_text(str(server.sockets[0].getsockname()[1]))
         await server.serve_forever()
 
@@ -301,11 +331,11 @@ def serve_relay(port_file: Path, host: str, port: int) -> None:
 
 
 @contextmanager
-def relay(url: str) -> Iterator[str]:
+def relay(url: str) -> Iterator[tuple[str, int]]:
     """The bare TCP relay to ``url`` (``http://HOST:PORT``) in a process of
-    its own, for the ``with`` block: yields its base URL."""
-    with _process(["--relay", "PORT_FILE", "--to", url.removeprefix("http://")]) as base:
-        yield base
+    its own, for the ``with`` block: yields (its base URL, its pid)."""
+    with _process(["--relay", "PORT_FILE", "--to", url.removeprefix("http://")]) as started:
+        yield started
 
 
 @contextmanager
@@ -319,15 +349,15 @@ def upstream(answer: bytes | None = None) -> Iterator[str]:
         if answer is not None:
             (Path(tmp) / "answer").write_bytes(answer)
             argv = ["--answer", str(Path(tmp) / "answer")]
-        with _process(["--upstream", "PORT_FILE", *argv]) as base:
+        with _process(["--upstream", "PORT_FILE", *argv]) as (base, _):
             yield base
 
 
 @contextmanager
-def _process(args: list[str]) -> Iterator[str]:
+def _process(args: list[str]) -> Iterator[tuple[str, int]]:
     """``python bench/common.py ARGS`` (``PORT_FILE`` in them replaced by a
     file it writes its port to) for the ``with`` block: yields
-    ``http://127.0.0.1:PORT``; terminated after. Raises SystemExit if the
+    (``http://127.0.0.1:PORT``, its pid); terminated after. Raises SystemExit if the
     process exits before it listens."""
     with tempfile.TemporaryDirectory(prefix="wiretape-bench-up-") as tmp:
         port_file = Path(tmp) / "port"
@@ -339,7 +369,7 @@ def _process(args: list[str]) -> Iterator[str]:
                 if proc.poll() is not None:
                     raise SystemExit(f"bench: {args[0].lstrip('-')} exited {proc.returncode}")
                 time.sleep(0.02)
-            yield f"http://127.0.0.1:{port_file.read_text()}"
+            yield f"http://127.0.0.1:{port_file.read_text()}", proc.pid
         finally:
             proc.terminate()
             proc.wait()

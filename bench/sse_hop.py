@@ -3,9 +3,10 @@ itself against wiretape's own work per frame.
 
 Three paths in front of the bench upstream (``common.upstream``, which
 stamps each frame with its send time), measured round by round in one run,
-their order rotating: direct; a byte pipe in Python (an asyncio protocol
-in a process of its own that writes what it receives, parsing nothing:
-the floor of any Python proxy, one more process woken per frame); and
+their order rotating: direct; a byte pipe in Python (``common.relay``: an
+asyncio protocol in a process of its own that writes what it receives,
+parsing nothing: the floor of any Python proxy, one more process woken per
+frame); and
 ``wiretape serve --record``. For each: the send-to-arrival added per frame
 (p50, p99; direct's quantile subtracted) and the CPU time the path's
 process ran per frame (ns from ``/proc/PID/task/*/schedstat``, Linux).
@@ -17,85 +18,12 @@ Usage: python bench/sse_hop.py [--rounds 6] [--frames 200] [--concurrent 0]
 from __future__ import annotations
 
 import argparse
-import asyncio
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from common import pct, upstream, wiretape
+from common import pct, relay, upstream, wiretape
 
 from agents import streams
-
-
-class _Pipe(asyncio.Protocol):
-    """One side of the byte pipe: what it receives goes to its peer."""
-
-    def __init__(self) -> None:
-        self.peer: _Pipe | None = None
-        self.transport: asyncio.Transport | None = None
-        self.early: list[bytes] = []
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        peer = self.peer
-        if peer is not None and peer.transport is not None:
-            peer.transport.write(data)
-        else:
-            self.early.append(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.close()
-
-
-async def _serve_pipe(target_port: int, port_file: Path) -> None:
-    loop = asyncio.get_running_loop()
-    dials: set[asyncio.Task[None]] = set()
-
-    def client_side() -> _Pipe:
-        client = _Pipe()
-
-        async def dial() -> None:
-            _, origin = await loop.create_connection(_Pipe, "127.0.0.1", target_port)
-            origin.peer, client.peer = client, origin
-            for data in client.early:
-                assert origin.transport is not None
-                origin.transport.write(data)
-
-        task = loop.create_task(dial())
-        dials.add(task)
-        task.add_done_callback(dials.discard)
-        return client
-
-    server = await loop.create_server(client_side, "127.0.0.1", 0)
-    port_file.write_text(str(server.sockets[0].getsockname()[1]))
-    await server.serve_forever()
-
-
-@contextmanager
-def byte_pipe(target: str) -> Iterator[tuple[str, int]]:
-    """The byte pipe in front of ``target`` in a process of its own: yields
-    (its base URL, its pid)."""
-    with tempfile.TemporaryDirectory(prefix="wiretape-bench-pipe-") as tmp:
-        port_file = Path(tmp) / "port"
-        proc = subprocess.Popen([sys.executable, __file__, "--pipe-to",
-                                 target.rsplit(":", 1)[1], str(port_file)])
-        try:
-            while not port_file.exists() or not port_file.read_text():
-                if proc.poll() is not None:
-                    raise SystemExit(f"bench: the byte pipe exited {proc.returncode}")
-                time.sleep(0.02)
-            yield f"http://127.0.0.1:{port_file.read_text()}", proc.pid
-        finally:
-            proc.terminate()
-            proc.wait()
 
 
 def cpu_ns(pid: int | None) -> int:
@@ -117,12 +45,8 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=200)
     parser.add_argument("--gap-ms", type=int, default=5)
     parser.add_argument("--concurrent", type=int, default=0)
-    parser.add_argument("--pipe-to", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.pipe_to:
-        asyncio.run(_serve_pipe(int(args.pipe_to[0]), Path(args.pipe_to[1])))
-        return
-    with (upstream() as direct, byte_pipe(direct) as (pipe, pipe_pid),
+    with (upstream() as direct, relay(direct) as (pipe, pipe_pid),
           tempfile.TemporaryDirectory(prefix="wiretape-bench-hop-") as tmp):
         rec = wiretape(["serve", "--record", "--upstream", direct + "/v1",
                         "-o", str(Path(tmp) / "r.wtape")])
