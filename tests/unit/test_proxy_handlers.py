@@ -983,6 +983,7 @@ def test_the_tape_s_counts_give_what_going_through_the_route_gives() -> None:
     assert steps > 40 and tape_._masked  # both kinds of step were taken
 
 
+@in_loop
 async def test_record_an_origin_falling_silent_mid_stream_ends_timeout_with_what_came(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Frames closer together than the read timeout keep the stream going
