@@ -30,12 +30,8 @@ from wiretape.proxy.faults import internal_error, log, one_line
 from wiretape.proxy.hop import ClientHead, Framing, client_head
 from wiretape.proxy.websocket import handshake_problem, is_upgrade
 
-#: Bytes taken from a client connection's reader per read (HTTP/1.1 and
-#: HTTP/2 alike), and what the reader holds before it stops reading the
-#: socket (``WatchedReader``: it pauses at twice this): a request body
-#: (often 100 KiB to 1 MiB, an agent's whole conversation) is taken in a
-#: few reads, not one per 64 KiB, each a turn of the loop and of h11.
-READ_SIZE = 1 << 20
+#: Bytes asked of a client's socket per read (HTTP/1.1 and HTTP/2 alike).
+READ_SIZE = 65536
 #: Bytes of pipelined requests read while a request is answered (``client_gone``).
 _PIPELINED_MAX = 1 << 20
 #: Bytes held for one write (``more=True``) before they are sent anyway
