@@ -76,11 +76,14 @@ _CREDENTIAL_WORDS = frozenset({
 
 #: A word that makes a credential-looking name something else: a WebSocket
 #: handshake's nonce, an idempotency key, a page cursor, a token count or
-#: type, a public key.
+#: type, a public key, a key that names or routes something (OpenAI's
+#: ``prompt_cache_key``, a partition, sort or object key).
 _NOT_CREDENTIAL_WORDS = frozenset({
     "websocket", "idempotency", "page", "cursor", "continuation", "next", "sync",
     "public", "publishable", "type", "method", "mode", "scheme", "length", "count",
     "limit", "max", "usage", "expires", "expiry", "ttl",
+    "cache", "partition", "routing", "sort", "primary", "foreign", "shard", "dedupe",
+    "object", "lookup",
 })
 
 #: Names that are credentials only as a whole name (``?sig=`` of a shared
@@ -99,7 +102,8 @@ def is_credential_field(name: str | bytes) -> bool:
     ``passwd``, ``signature``, ``auth``, ``credential(s)`` or such a word run
     together (``apikey``, ``accessToken``), or the whole name is ``sig``;
     and none of its words says it is something else (``Sec-WebSocket-Key``,
-    ``Idempotency-Key``, ``page_token``, ``token_type``). Whole words only:
+    ``Idempotency-Key``, ``page_token``, ``token_type``, ``prompt_cache_key``).
+    Whole words only:
     ``max_tokens``, ``input_tokens``, ``Content-Length`` are not."""
     return _is_credential_text(name.decode("latin-1") if isinstance(name, bytes) else name)
 

@@ -42,6 +42,7 @@ OTHER_NAMES = [
     "anthropic-ratelimit-tokens-limit", "signed", "X-Amz-SignedHeaders", "monkey",
     "keyboard", "keywords", "signal", "sigma", "design", "authors", "public_key",
     "model", "session_id", "x-stainless-os", "Content-Type", "q",
+    "prompt_cache_key", "promptCacheKey", "partition_key", "sort_key", "object_key",
 ]
 
 
