@@ -65,8 +65,10 @@ class Rule(enum.StrEnum):
 #: declared substitutions: the sandbox's path mapping and ``--substitute``).
 ALLOWANCES: tuple[str, ...] = (*(r.value for r in Rule), "paths")
 
-#: Pointers and examples kept per rule and request.
-MAX_POINTERS = 10
+#: Pointers and examples kept per rule and request: every field an agent
+#: stamps per run (Codex sends about 15 ids in one request's metadata) is
+#: named; an array of such values may name more than this.
+MAX_POINTERS = 50
 MAX_EXAMPLES = 3
 #: A value longer than this is shown cut.
 _SHOWN = 80

@@ -13,13 +13,14 @@ from wiretape.errors import EXIT_EXCHANGES_FAIL as EXIT_EXCHANGES_FAIL
 from wiretape.errors import EXIT_OUTCOME_DIFFERS as EXIT_OUTCOME_DIFFERS
 from wiretape.errors import EXIT_PASS as EXIT_PASS
 from wiretape.errors import EXIT_USAGE as EXIT_USAGE
+from wiretape.matching.correspond import MAX_POINTERS
 from wiretape.model import LearnedJSON, Outcome, ReplayRow, exchange_kind, facets
 from wiretape.playback import text
 from wiretape.playback.messages import MessageCounts
 from wiretape.playback.messages import counts as message_counts
 
 #: Pointers and examples a verdict keeps per learned rule.
-_MAX_POINTERS = 10
+_MAX_POINTERS = MAX_POINTERS
 _MAX_EXAMPLES = 3
 
 
