@@ -50,7 +50,7 @@ from wiretape.origins import parse_upstream
 from wiretape.playback.decide import Mode, Policy
 from wiretape.proxy import replay, upstream
 from wiretape.proxy.http1 import ErrorBody
-from wiretape.proxy.record import Recorder
+from wiretape.proxy.record import Recorder, origin_error
 from wiretape.proxy.replay import HeadRedactor, Replayer, Tape
 from wiretape.proxy.shapes import error_response
 from wiretape.redaction import STANDARD, LiveRedactor, fingerprint, redact_request
@@ -1020,3 +1020,16 @@ async def test_record_an_origin_falling_silent_mid_stream_ends_timeout_with_what
     assert ex.error is not None and ex.error.startswith("ReadTimeout"), ex.error
     assert ex.response is not None
     assert_frames(ex.response, events)
+
+
+def test_an_origin_error_is_stored_in_plain_words() -> None:
+    """Bytes shown as bytes, and a response that breaks HTTP/1.1's framing
+    said to be one (not a reset); a cut or a refusal as before."""
+    assert origin_error(httpx.RemoteProtocolError(
+        "illegal chunk header: bytearray(b'zz\\r\\n')")) == (
+        "RemoteProtocolError: illegal chunk header: b'zz\\r\\n' "
+        "(the origin's response is not valid HTTP/1.1, RFC 9112)")
+    cut = "peer closed connection without sending complete message body: incomplete chunked read"
+    assert origin_error(httpx.RemoteProtocolError(cut)) == f"RemoteProtocolError: {cut}"
+    assert origin_error(httpx.ConnectError("[Errno 111] Connection refused")) == (
+        "ConnectError: [Errno 111] Connection refused")

@@ -26,6 +26,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -208,7 +209,7 @@ class Recorder:
                 if isinstance(exc, httpx.TimeoutException)
                 else Ending.ORIGIN_UNREACHABLE
             )
-            error = f"{type(exc).__name__}: {exc}"
+            error = origin_error(exc)
             status, reason, headers, body = unreachable_response(
                 request.path, upstream_url, error, timeout=ending is Ending.TIMEOUT)
             # Stored as the response the agent got, so a replay serves these
@@ -287,9 +288,9 @@ class Recorder:
                         break
                     await gathered.spill()  # after the relay: may wait for the disk
             except httpx.TimeoutException as exc:
-                ending, error = Ending.TIMEOUT, f"{type(exc).__name__}: {exc}"
+                ending, error = Ending.TIMEOUT, origin_error(exc)
             except httpx.TransportError as exc:
-                ending, error = Ending.ORIGIN_RESET, f"{type(exc).__name__}: {exc}"
+                ending, error = Ending.ORIGIN_RESET, origin_error(exc)
             except asyncio.CancelledError:
                 # wiretape is stopping with this response still streaming:
                 # keep what the agent already got, then stop.
@@ -577,6 +578,24 @@ async def _unless_gone(conn: Responder, sending: Awaitable[upstream.OriginRespon
         raise
     finally:
         stop()
+
+
+#: h11's and the chunk reader's words for bytes that break HTTP/1.1's
+#: framing (as opposed to a connection closed or cut short).
+_MALFORMED = ("illegal", "malformed", "invalid", "bad ", "too long", "unexpected")
+
+
+def origin_error(exc: Exception) -> str:
+    """An origin's failure as an exchange stores it and a summary shows it:
+    the error's class and message (``RemoteProtocolError: ...``), bytes
+    shown as bytes (never ``bytearray(...)``); a response whose bytes break
+    HTTP/1.1's framing (RFC 9112) says so in plain words after it."""
+    said = re.sub(r"bytearray\((b(['\"]).*?\2)\)", r"\1", str(exc))
+    error = f"{type(exc).__name__}: {said}"
+    if isinstance(exc, httpx.RemoteProtocolError) and any(
+            word in said.lower() for word in _MALFORMED):
+        error += " (the origin's response is not valid HTTP/1.1, RFC 9112)"
+    return error
 
 
 def _spool_at_from_env() -> int:

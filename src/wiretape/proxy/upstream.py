@@ -423,7 +423,7 @@ class OriginResponse:
                 end = min(len(buf), pos + self._footer)
                 if buf[pos:end] != b"\r\n"[2 - self._footer:2 - self._footer + end - pos]:
                     raise httpx.RemoteProtocolError(
-                        f"malformed chunk footer: {buf[pos:end]!r} (expected b'\\r\\n')")
+                        f"malformed chunk footer: {bytes(buf[pos:end])!r} (expected b'\\r\\n')")
                 self._footer -= end - pos
                 self._pos = pos = end
                 if self._footer:
