@@ -93,10 +93,10 @@ async def test_http2_a_reset_stream_is_gone_and_the_others_are_served() -> None:
 
 
 class LeaveWatching:
-    """``Responder.on_leave`` on ``/wait``: the handler waits (in
-    ``_unless_gone``, as the recorder waits for the origin) on a future
-    that never completes unless the client leaves; ``/stop`` is then
-    cancelled from elsewhere (as when wiretape stops)."""
+    """``Responder.on_leave``: the handler waits (in ``_unless_gone``, as
+    the recorder waits for the origin) on a future that never completes,
+    until the client leaves or its task is cancelled from elsewhere (as
+    when wiretape stops)."""
 
     def __init__(self) -> None:
         self.results: list[object] = []
@@ -118,13 +118,19 @@ class LeaveWatching:
         return handle
 
 
+async def asking(port: int) -> asyncio.StreamWriter:
+    """A client that has sent one request (its writer)."""
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+    return writer
+
+
 @in_loop
 async def test_http1_on_leave_cancels_the_wait_for_the_origin_without_a_task() -> None:
     app = LeaveWatching()
     async with listening(app.handler_for) as (_, port):
         tasks_before = len(asyncio.all_tasks())
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+        writer = await asking(port)
         await writer.drain()
         await asyncio.sleep(0.2)
         # one task for the connection, none for watching it
@@ -139,8 +145,7 @@ async def test_http1_on_leave_cancels_the_wait_for_the_origin_without_a_task() -
 async def test_http1_a_client_gone_before_the_wait_is_seen_at_once() -> None:
     app = LeaveWatching()
     async with listening(app.handler_for) as (_, port):
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+        writer = await asking(port)
         writer.write_eof()
         await asyncio.wait_for(app.done.wait(), 10)
         writer.close()
@@ -151,8 +156,7 @@ async def test_http1_a_client_gone_before_the_wait_is_seen_at_once() -> None:
 async def test_a_cancellation_from_elsewhere_is_never_taken_for_the_client_leaving() -> None:
     app = LeaveWatching()
     async with listening(app.handler_for) as (_, port):
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+        writer = await asking(port)
         await writer.drain()
         async with asyncio.timeout(10):
             while app.handler_task is None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -291,12 +292,41 @@ def test_calls_with_long_arguments_pair_by_their_whole_arguments() -> None:
     assert all(c.arguments.endswith("...") for c in calls)
     assert [(c.message, c.caused_by) for c in calls] == [(0, "cb"), (1, "ca")]
 
+
+def played(script: SessionScript, lines: list[bytes],
+           redact: Callable[[bytes, bytes | None], bytes] = lambda payload, _recorded: payload,
+           lock: asyncio.Lock | None = None) -> list[object]:
+    """The answers (JSON) the replay of ``script`` gives a shim that sends
+    ``lines`` then its end, over a real 127.0.0.1 link."""
+    from wiretape.playback.pacing import Pace
+    from wiretape.proxy.mcp_replay import play
+
+    async def scenario() -> list[object]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await play(reader, writer, script, pace=Pace.FAST, redact=redact,
+                       on_stop=lambda _s: "stop", lock=lock or asyncio.Lock())
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for text in lines:
+            writer.write(mcp.encode({"line": text.decode()}))
+        writer.write(mcp.encode({"eof": 1}))
+        got = []
+        while (obj := await mcp.read(reader)) is not None:
+            got.append(json.loads(str(obj["line"])))
+        writer.close()
+        server.close()
+        return got
+
+    return asyncio.run(scenario())
+
+
 def test_a_replayed_session_answers_a_new_request_id_with_it() -> None:
     """Over a real loopback link: the client's request ids differ from the
     recording's (its own numbering): the messages are exact, the learned
     pair is noted, and each recorded response is sent with the live id."""
-    from wiretape.playback.pacing import Pace
-    from wiretape.proxy.mcp_replay import play
 
     recorded = [
         Message("client", Opcode.TEXT, line(jsonrpc="2.0", id=0, method="initialize"), 0),
@@ -307,29 +337,10 @@ def test_a_replayed_session_answers_a_new_request_id_with_it() -> None:
         Message("server", Opcode.TEXT, line(jsonrpc="2.0", id=1, result={"text": "one"}), 9)]
     script = SessionScript(recorded)
 
-    async def scenario() -> list[object]:
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await play(reader, writer, script, pace=Pace.FAST, redact=lambda p, _r: p,
-                       on_stop=lambda _s: "stop", lock=asyncio.Lock())
-            writer.close()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        for text in (line(jsonrpc="2.0", id="a", method="initialize"),
-                     line(jsonrpc="2.0", method="notifications/initialized"),
-                     line(jsonrpc="2.0", id="b", method="tools/call",
-                          params={"name": "read", "arguments": {"n": 1}})):
-            writer.write(mcp.encode({"line": text.decode()}))
-        writer.write(mcp.encode({"eof": 1}))
-        got = []
-        while (obj := await mcp.read(reader)) is not None:
-            got.append(json.loads(str(obj["line"])))
-        writer.close()
-        server.close()
-        return got
-
-    answers = asyncio.run(scenario())
+    answers = played(script, [line(jsonrpc="2.0", id="a", method="initialize"),
+                              line(jsonrpc="2.0", method="notifications/initialized"),
+                              line(jsonrpc="2.0", id="b", method="tools/call",
+                                   params={"name": "read", "arguments": {"n": 1}})])
     assert answers == [{"jsonrpc": "2.0", "id": "a", "result": {"ok": 1}},
                        {"jsonrpc": "2.0", "id": "b", "result": {"text": "one"}}]
     decisions = script.result()["decisions"]
@@ -344,8 +355,6 @@ def test_each_replayed_line_is_redacted_holding_the_replay_s_lock() -> None:
     """Redaction learns into rules the replay's requests share: each live
     client line is redacted holding the replayer's lock, a small one on
     the loop, a large one on a worker thread (as a WebSocket message is)."""
-    from wiretape.playback.pacing import Pace
-    from wiretape.proxy.mcp_replay import play
 
     big = line(jsonrpc="2.0", id=2, method="tools/call",
                params={"name": "write", "arguments": {"text": "y" * 10_000}})
@@ -363,32 +372,14 @@ def test_each_replayed_line_is_redacted_holding_the_replay_s_lock() -> None:
                      threading.current_thread() is threading.main_thread()))
         return payload
 
-    async def scenario() -> list[object]:
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await play(reader, writer, script, pace=Pace.FAST, redact=redact,
-                       on_stop=lambda _s: "stop", lock=lock)
-            writer.close()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        for text in (line(jsonrpc="2.0", id=1, method="ping"), big):
-            writer.write(mcp.encode({"line": text.decode()}))
-        writer.write(mcp.encode({"eof": 1}))
-        got = []
-        while (obj := await mcp.read(reader)) is not None:
-            got.append(json.loads(str(obj["line"])))
-        writer.close()
-        server.close()
-        return got
-
-    answers = asyncio.run(scenario())
+    answers = played(script, [line(jsonrpc="2.0", id=1, method="ping"), big], redact, lock)
     assert answers == [{"jsonrpc": "2.0", "id": 1, "result": {}},
                        {"jsonrpc": "2.0", "id": 2, "result": {"ok": 1}}]
     assert seen == [(len(recorded[0].payload), True, True), (len(big), True, False)]
     assert [d["kind"] for d in script.result()["decisions"]] == ["exact", "exact"]
     assert [d.get("method") for d in script.result()["decisions"]] == [
         "ping", "tools/call write"]
+
 
 def test_credential_named_members_of_a_message_are_found_and_masked() -> None:
     """What ``scan`` and the recorder run on a session: a ``tools/call``'s

@@ -32,8 +32,6 @@ from wiretape.proxy.websocket import handshake_problem, is_upgrade
 
 #: Bytes asked of a client's socket per read (HTTP/1.1 and HTTP/2 alike).
 READ_SIZE = 65536
-#: Bytes of pipelined requests read while a request is answered (``client_gone``).
-_PIPELINED_MAX = 1 << 20
 #: Bytes held for one write (``more=True``) before they are sent anyway
 #: (a response's data, HTTP/1.1 and HTTP/2 alike).
 HOLD_AT_MOST = 256 * 1024
@@ -43,40 +41,29 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _H2_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
-class WatchedReader(asyncio.StreamReader):
-    """A client connection's reader that tells its watcher (``on_leave``)
-    when the stream ends (the client closed or half-closed: RFC 9112 §9.6)
-    or breaks, as the transport reports it: no task has to be reading for
-    a handler to learn that its client left. ``server.Listeners`` makes
-    every accepted connection's reader one of these."""
+class Leaving:
+    """Whom to tell that a client left, and why (``Responder.on_leave``):
+    one watcher at a time, told once, on the event loop. What a client
+    connection's reader and an HTTP/2 stream share."""
 
-    def __init__(self, limit: int = READ_SIZE) -> None:
-        super().__init__(limit=limit)
-        #: why the client left (None: it has not): set once, at the end
-        self.left: str | None = None
+    def __init__(self) -> None:
+        #: why the client left (None: it has not); set once
+        self.why: str | None = None
         self._watcher: Callable[[str], None] | None = None
 
-    def feed_eof(self) -> None:
-        super().feed_eof()
-        self._leave("the client closed the connection")
-
-    def set_exception(self, exc: Exception) -> None:
-        super().set_exception(exc)
-        self._leave(f"the connection broke ({one_line(exc)})")
-
-    def _leave(self, why: str) -> None:
-        if self.left is None:
-            self.left = why
+    def leave(self, why: str) -> None:
+        """The client left (the first ``why`` given is kept): tell the watcher."""
+        if self.why is None:
+            self.why = why
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
-            watcher(self.left)
+            watcher(self.why)
 
-    def on_leave(self, callback: Callable[[str], None]) -> Callable[[], None]:
-        """Call ``callback(why)`` (on the loop) once the client leaves, at once
-        (soon) if it has; returns what stops watching. One watcher at a time."""
-        if self.left is not None:
-            handle = asyncio.get_running_loop().call_soon(callback, self.left)
-            return handle.cancel
+    def watch(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(why)`` once the client leaves (soon, if it has);
+        returns what stops watching."""
+        if self.why is not None:
+            return asyncio.get_running_loop().call_soon(callback, self.why).cancel
         self._watcher = callback
 
         def stop() -> None:
@@ -84,6 +71,40 @@ class WatchedReader(asyncio.StreamReader):
                 self._watcher = None
 
         return stop
+
+    async def wait(self) -> str:
+        """Return why, once the client has left."""
+        left: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        def told(why: str) -> None:
+            if not left.done():
+                left.set_result(why)
+
+        stop = self.watch(told)
+        try:
+            return await left
+        finally:
+            stop()
+
+
+class WatchedReader(asyncio.StreamReader):
+    """A client connection's reader that tells its watcher (``leaving``)
+    when the stream ends (the client closed or half-closed: RFC 9112 §9.6)
+    or breaks, as the transport reports it: no task has to be reading for
+    a handler to learn that its client left. ``server.Listeners`` makes
+    every accepted connection's reader one of these."""
+
+    def __init__(self, limit: int = READ_SIZE) -> None:
+        super().__init__(limit=limit)
+        self.leaving = Leaving()
+
+    def feed_eof(self) -> None:
+        super().feed_eof()
+        self.leaving.leave("the client closed the connection")
+
+    def set_exception(self, exc: Exception) -> None:
+        super().set_exception(exc)
+        self.leaving.leave(f"the connection broke ({one_line(exc)})")
 
 
 def _h2_goaway(debug: bytes) -> bytes:
@@ -653,20 +674,13 @@ class ClientConnection:
     async def client_gone(self) -> str:
         """Return (why) once the client has closed the connection (EOF: RFC
         9112 §9.6, a client that closes has abandoned its request) or it
-        broke, while its request is answered: what the handler waits for
-        beside the origin's answer. Bytes that arrive meanwhile (a
-        pipelined request) are kept for the next read; past 1 MiB of them,
-        reading stops and this waits until cancelled."""
-        kept = 0
-        while kept < _PIPELINED_MAX:
-            try:
-                data = await self._reader.read(READ_SIZE)
-            except (OSError, ssl.SSLError) as exc:
-                return f"the connection broke ({one_line(exc)})"
-            if not data:
-                return "the client closed the connection"
-            kept += len(data)
-            self._h11.receive_data(data)
+        broke, while its request is answered: :meth:`on_leave`, awaited.
+        Bytes that arrive meanwhile (a pipelined request) stay for the next
+        read. On a connection :meth:`on_leave` cannot watch, this waits
+        until cancelled."""
+        reader = self._reader
+        if isinstance(reader, WatchedReader):
+            return await reader.leaving.wait()
         await asyncio.Event().wait()  # (cancelled by the handler)
         raise AssertionError("unreachable")
 
@@ -681,7 +695,7 @@ class ClientConnection:
         ``server.Listeners``) nothing is watched."""
         reader = self._reader
         if isinstance(reader, WatchedReader):
-            return reader.on_leave(callback)
+            return reader.leaving.watch(callback)
         return _not_watching
 
     def next_cycle(self) -> bool:

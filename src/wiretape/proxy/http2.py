@@ -62,6 +62,7 @@ from wiretape.proxy.http1 import (
     ClientConnection,
     ClientGone,
     Handler,
+    Leaving,
     origin_form,
 )
 
@@ -141,10 +142,8 @@ class H2Stream:
         #: while it writes, and only after that, for a refused request's
         #: upload, for arrivals)
         self._woken = asyncio.Event()
-        #: set by :meth:`wake` once ``gone`` is (``client_gone``)
-        self._gone = asyncio.Event()
-        #: told why, once ``gone`` is (``on_leave``)
-        self._watcher: Callable[[str], None] | None = None
+        #: told by :meth:`wake` once ``gone`` is (``on_leave``, ``client_gone``)
+        self._leaving = Leaving()
         #: DATA bytes queued since the last write (``more=True``)
         self._held = 0
 
@@ -152,29 +151,21 @@ class H2Stream:
         """The stream's window (or state) may have changed."""
         self._woken.set()
         if self.gone is not None:
-            self._gone.set()
-            watcher, self._watcher = self._watcher, None
-            if watcher is not None:
-                watcher(self.gone)
+            self._leaving.leave(self.gone)
 
     def on_leave(self, callback: Callable[[str], None]) -> Callable[[], None]:
         """Call ``callback(why)`` once the client reset the stream or the
         connection ended (``http1.Responder``): soon, if it has."""
         if self.gone is not None:
-            return asyncio.get_running_loop().call_soon(callback, self.gone).cancel
-        self._watcher = callback
-
-        def stop() -> None:
-            if self._watcher is callback:
-                self._watcher = None
-
-        return stop
+            self._leaving.leave(self.gone)
+        return self._leaving.watch(callback)
 
     async def client_gone(self) -> str:
         """Return (why) once the client reset the stream or the connection
         ended (``http1.Responder``)."""
-        await self._gone.wait()
-        return self.gone or "the client closed the connection"
+        if self.gone is not None:
+            self._leaving.leave(self.gone)
+        return await self._leaving.wait()
 
     async def arrival(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for DATA, END_STREAM or a reset on the

@@ -181,12 +181,8 @@ class Recorder:
         # forwarded: the commit at the end only awaits it. (A small one is
         # done by the commit's own thread, queued before its commit: a
         # thread of its own costs more than the work.)
-        prepared: concurrent.futures.Future[Prepared] | None = None
-        tool = exchange_kind(origin) == "tool"
-        if len(request.body) >= PREPARE_AHEAD:
-            prepared = self._preparer.submit(self._prepare, request, tool)
-        else:  # (on the commit's thread, ahead of the commit itself)
-            prepared = self._writer.submit(self._prepare, request, tool)
+        preparer = self._preparer if len(request.body) >= PREPARE_AHEAD else self._writer
+        prepared = preparer.submit(self._prepare, request, exchange_kind(origin) == "tool")
         response: Response | None = None
         ending, error, ttfb = Ending.COMPLETE, None, None
         try:

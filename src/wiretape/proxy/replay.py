@@ -116,7 +116,7 @@ class Tape:
         mask, so there is nothing to learn and the redactor's own search
         over them would find nothing; else all left, as before. (Whether
         the redacted request kept the route is checked by the caller.)"""
-        route = (request.method, request.path)
+        route = _route(request)
         if self._unknown.get(route, 0):
             left = self.remaining.route(request.method, request.path)
             if left and not any(self._may_hold_mask(c.seq) for c in left):
@@ -128,7 +128,7 @@ class Tape:
     def masks_known(self, request: Request) -> bool:
         """Whether every request left on ``request``'s route was looked at
         for masks already (:meth:`recorded_for` then reads no body)."""
-        return self._unknown.get((request.method, request.path), 0) == 0
+        return self._unknown.get(_route(request), 0) == 0
 
     def look_for_masks(self, stop: Callable[[], bool] = lambda: False) -> None:
         """Look at every recorded request for masks, in order, until

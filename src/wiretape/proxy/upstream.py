@@ -308,7 +308,6 @@ class OriginResponse:
         "_fast",
         "_footer",
         "_left",
-        "_outcome",
         "_pool",
         "_pos",
         "_timeouts",
@@ -331,7 +330,6 @@ class OriginResponse:
         self._pool = pool
         self._timeouts = timeouts
         self._complete = False
-        self._outcome: bool | None = None
         # The fast reading of a chunked body: from its start only (h11 holds
         # none of it), so h11 is at a chunk's start whenever it takes over.
         self._fast = chunked and not conn.h11.trailing_data[0]
@@ -473,7 +471,7 @@ class OriginResponse:
         breaks (None: the reader has the end or the error). Raises as
         ``relay``."""
         loop = asyncio.get_running_loop()
-        wake: asyncio.Future[None] = loop.create_future()
+        wake: asyncio.Future[bool | None] = loop.create_future()
         limit = self._timeouts.read
         last = loop.time()
         machine = conn.h11
@@ -486,9 +484,7 @@ class OriginResponse:
             if error is not None:
                 wake.set_exception(error)
             else:
-                if outcome is not None:
-                    self._outcome = outcome
-                wake.set_result(None)
+                wake.set_result(outcome)
 
         def sink(data: bytes) -> None:
             nonlocal last
@@ -516,15 +512,13 @@ class OriginResponse:
             else:  # bytes came meanwhile: watch from the last arrival
                 timer = loop.call_at(due, check)
 
-        self._outcome = None
         timer = loop.call_at(last + limit, check)
         protocol.sink, protocol.poke = sink, stop
         try:
-            await wake
+            return await wake
         finally:
             protocol.sink = protocol.poke = None
             timer.cancel()
-        return self._outcome
 
     async def aclose(self) -> None:
         """Give the connection back to the pool when the response was read
