@@ -29,6 +29,7 @@ from test_proxy_handlers import CHAT, JSON, recording
 from support.inproc import RawClient, in_loop, request_bytes
 from wiretape.launch.record import ReportKeeper
 from wiretape.model import Ending, Exchange, Frame, Origin, Request, Response, RunInfo
+from wiretape.proxy import record
 from wiretape.proxy.connect import ConnectReport
 from wiretape.redaction import STANDARD, redact_text
 from wiretape.store import blobs
@@ -363,11 +364,52 @@ def test_a_request_whose_chain_is_at_its_limit_is_packed_ahead_alone(tmp_path: P
 
 
 @in_loop
+async def test_the_commit_waits_for_a_request_body_compressed_within_its_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request body whose compression ahead ends within its budget
+    (``PACK_WAIT_PER_BYTE``, here made long) goes into the commit
+    compressed: written once, never raw and again afterwards."""
+    pack, put_raw = RunFile.pack_request, blobs.put_raw
+    raw: list[str] = []  # the bodies written raw, by hash
+
+    def slow(self: RunFile, body: bytes, digest: str) -> blobs.Packed | None:
+        threading.Event().wait(0.3)  # (longer than the answer takes)
+        return pack(self, body, digest)
+
+    def spied(db: sqlite3.Connection, data: bytes, digest: str) -> bool:
+        raw.append(digest)
+        return put_raw(db, data, digest)
+
+    monkeypatch.setattr(RunFile, "pack_request", slow)
+    monkeypatch.setattr(blobs, "put_raw", spied)
+    monkeypatch.setattr(record, "PACK_WAIT_PER_BYTE", 1e-3)  # (a second per KB)
+    bodies = conversation(2)
+    async with (AsyncFakeProvider([TextTurn("one"), TextTurn("two")]) as fp,
+                recording(tmp_path / "r.wtape", fp.url + "/v1") as rec,
+                await RawClient.open(rec.port) as client):
+        for body in bodies:
+            await client.send(request_bytes("POST", CHAT, body, JSON))
+            assert (await asyncio.wait_for(client.response(), 20)).status == 200
+            for _ in range(200):  # (the first: compressed afterwards, to be the reference)
+                if stored_blobs(tmp_path / "r.wtape")[sha(body)][0] != "raw":
+                    break
+                await asyncio.sleep(0.05)
+        assert rec.recorder.stats.exchanges == 2
+    # the first had nothing to be compressed against ahead: raw, then
+    # compressed; the second was spliced against it before its commit
+    assert raw == [sha(bodies[0])]
+    assert stored_blobs(tmp_path / "r.wtape")[sha(bodies[1])][:3] == (
+        "splice", sha(bodies[0]), 1)
+    with open_run(tmp_path / "r.wtape") as again:
+        assert [e.request.body for e in again.exchanges()] == bodies
+
+
+@in_loop
 async def test_the_commit_never_waits_for_a_request_body_to_be_compressed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A request body whose compression ahead is not done when the answer
-    ends is committed raw (compressed afterwards): the agent gets its
-    answer while that compression is still held."""
+    ends, nor within its budget, is committed raw (compressed afterwards):
+    the agent gets its answer while that compression is still held."""
     packing = threading.Event()
     entered: list[int] = []  # the bodies whose compression ahead began
     pack = RunFile.pack_request
