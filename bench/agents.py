@@ -22,9 +22,12 @@ minus direct, measured in the same run) and ratios.
      added p50 per request;
   6. mitmproxy (``mitmdump --mode reverse:... -w FILE``) recording the small
      exchanges and the sessions: wiretape added / mitmproxy added;
-  7. the floor: a bare asyncio TCP relay (``common.relay``: bytes piped,
-     nothing parsed or stored) on the small exchanges, the sessions and the
-     single streams, the least any asyncio proxy in Python adds here.
+  7. the floors, on the small exchanges, the sessions and the single
+     streams: a bare asyncio TCP relay (``common.relay``: bytes piped,
+     nothing parsed or stored), the least any asyncio proxy in Python adds
+     here; and the HTTP floor (``common.relay(url, http=True)``: h11 on
+     both sides, every event passed on as it arrives, nothing stored), the
+     least a Python proxy that parses HTTP/1.1 with h11 adds.
 
 Then, each in a pass of its own: the run file's size as a share of the
 session's raw bytes; the peak RSS growth of ``wiretape serve --record``
@@ -76,6 +79,8 @@ HEADERS = {
     "X-Stainless-Retry-Count": "0",
     "Authorization": "Bearer sk-proj-benchbenchbenchbenchbenchbenchbench0123456789",
 }
+#: How the table names the HTTP floor (``common.relay(url, http=True)``).
+HTTP_FLOOR = "HTTP floor (h11 relay, nothing stored)"
 #: Turns whose request body is within these bytes are "the 300 KiB requests".
 AROUND_300K = (240 * KIB, 375 * KIB)
 
@@ -426,9 +431,11 @@ def main() -> None:
                               "load_average_at_start": os.getloadavg()}
     procs: list[Proc] = []
     try:
-        with upstream() as direct, relay(direct) as (floor, _):
+        with (upstream() as direct, relay(direct) as (floor, _),
+              relay(direct, http=True) as (http_floor, _)):
             try:
-                measure(args, fig, tmp, direct, floor, procs, n_small=n_small,
+                measure(args, fig, tmp, direct, {"floor": floor, "http floor": http_floor},
+                        procs, n_small=n_small,
                         n_sessions=n_sessions, stream_rounds=stream_rounds, frames=frames,
                         concurrent=concurrent,
                         big=big, check_runs=check_runs, check_budget=check_budget, skip=skip)
@@ -444,8 +451,8 @@ def main() -> None:
     report(fig, args.json)
 
 
-def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, floor: str,
-            procs: list[Proc],
+def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str,
+            floors: dict[str, str], procs: list[Proc],
             *, n_small: int, n_sessions: int, stream_rounds: int, frames: int, concurrent: int,
             big: int, check_runs: int, check_budget: float, skip: set[str]) -> None:
     log = progress()
@@ -459,7 +466,7 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, floo
     rec = wiretape(["serve", "--record", "--upstream", direct + "/v1", "-o",
                     str(tmp / "small.wtape")])
     procs.append(rec)
-    paths = {"direct": direct, "wiretape": rec.url, "floor": floor}
+    paths = {"direct": direct, "wiretape": rec.url, **floors}
     mitm = None
     if mitm_exe:
         mitm = mitmdump(mitm_exe, direct, tmp / "flows.mitm")
@@ -473,6 +480,7 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, floo
     fig.add("small exchange: wiretape added p50", added["wiretape"][0], "ms", 0.5)
     fig.add("small exchange: wiretape added p99", added["wiretape"][1], "ms")
     fig.add("small exchange: floor (bare TCP relay) added p50", added["floor"][0], "ms")
+    fig.add(f"small exchange: {HTTP_FLOOR} added p50", added["http floor"][0], "ms")
     if mitm:
         fig.add("small exchange: mitmproxy added p50", added["mitmproxy"][0], "ms")
         fig.add("small exchange: wiretape / mitmproxy (added p50)",
@@ -485,15 +493,15 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, floo
     around = [t for t, s in enumerate(sizes) if AROUND_300K[0] <= s <= AROUND_300K[1]]
     fig.details["session_turn_bytes"] = sizes
     fig.details["turns_around_300KiB"] = around
-    per: dict[str, list[float]] = {"wiretape": [], "mitmproxy": [], "floor": []}
-    per300: dict[str, list[float]] = {"wiretape": [], "mitmproxy": [], "floor": []}
+    per: dict[str, list[float]] = {"wiretape": [], "mitmproxy": [], **{f: [] for f in floors}}
+    per300: dict[str, list[float]] = {name: [] for name in per}
     run_files: list[Path] = []
     shares: list[float] = []
     for i, bodies in enumerate(sessions):
         run = tmp / f"session{i}.wtape"
         srec = wiretape(["serve", "--record", "--upstream", direct + "/v1", "-o", str(run)])
         procs.append(srec)
-        spaths = {"direct": direct, "wiretape": srec.url, "floor": floor}
+        spaths = {"direct": direct, "wiretape": srec.url, **floors}
         if mitm:
             spaths["mitmproxy"] = mitm.url
         times, raw = run_session(spaths, bodies)
@@ -513,6 +521,8 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, floo
             "ms", 2.0)
     fig.add("300 KiB agent request: floor (bare TCP relay) added p50",
             statistics.median(per300["floor"]), "ms")
+    fig.add(f"300 KiB agent request: {HTTP_FLOOR} added p50",
+            statistics.median(per300["http floor"]), "ms")
     if mitm:
         fig.add("session: mitmproxy added p50, all turns", statistics.median(per["mitmproxy"]),
                 "ms")
@@ -527,7 +537,7 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, floo
     # 3, 4. SSE streams, single and concurrent (mitmproxy buffers SSE: not compared).
     if "streams" not in skip:
         log(f"SSE streams: {stream_rounds} x {frames} frames, then {concurrent} concurrent")
-        spaths = {"direct": direct, "wiretape": rec.url, "floor": floor}
+        spaths = {"direct": direct, "wiretape": rec.url, **floors}
         one: dict[str, list[float]] = {name: [] for name in spaths}
         for _, order in rotations(list(spaths), stream_rounds):
             for name in order:
@@ -538,6 +548,8 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str, floo
                 pct(one["wiretape"], 99) - pct(one["direct"], 99), "ms", 2.0)
         fig.add(f"SSE frame ({args.gap_ms} ms apart): floor (bare TCP relay) added p50",
                 pct(one["floor"], 50) - pct(one["direct"], 50), "ms")
+        fig.add(f"SSE frame ({args.gap_ms} ms apart): {HTTP_FLOOR} added p50",
+                pct(one["http floor"], 50) - pct(one["direct"], 50), "ms")
         many: dict[str, list[float]] = {name: [] for name in spaths}
         walls: dict[str, list[float]] = {name: [] for name in spaths}
         for _, order in rotations(list(spaths), 2 if not args.quick else 1):

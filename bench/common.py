@@ -18,12 +18,15 @@ but the streams. Request bodies are read whole (Content-Length or chunked).
 The floor (``relay(url)``): a bare asyncio TCP relay in a process of its
 own, each client connection piped byte for byte, by protocol callbacks, to
 a connection of its own to the upstream (no HTTP parsed, nothing stored):
-the least any asyncio proxy in Python adds, measured beside wiretape.
+the least any asyncio proxy in Python adds, measured beside wiretape. The
+HTTP floor (``relay(url, http=True)``): the same, with both sides read and
+written by h11, every event passed on as it arrives, nothing stored: the
+least a Python proxy that parses HTTP/1.1 with h11 adds.
 
 Imported by the scripts beside it (``python bench/NAME.py`` puts ``bench``
 first on ``sys.path``); run as ``python bench/common.py --upstream PORT_FILE
 [--answer FILE]`` it is the upstream's process, as ``python bench/common.py
---relay PORT_FILE --to HOST:PORT`` the relay's.
+--relay PORT_FILE --to HOST:PORT [--http]`` the relay's.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import h11
 
 HERE = Path(__file__).resolve().parent
 KIB = 1024
@@ -330,11 +335,152 @@ def serve_relay(port_file: Path, host: str, port: int) -> None:
     asyncio.run(run())
 
 
+class _HttpOrigin(asyncio.Protocol):
+    """The origin's side of the HTTP relay: each response event h11 reads
+    is written on to the client at once, re-framed by the client's h11."""
+
+    def __init__(self, client: _HttpClient) -> None:
+        self.client = client
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.transport: asyncio.Transport | None = None
+        self.early: list[bytes] = []  # what the client sent before the connection was made
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(b"".join(self.early))
+        self.early.clear()
+
+    def write(self, data: bytes) -> None:
+        if self.transport is None:
+            self.early.append(data)
+        else:
+            self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        self.h11.receive_data(data)
+        client = self.client
+        while True:
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA:
+                return
+            if isinstance(event, h11.Response):
+                client.write(client.h11.send(h11.Response(
+                    status_code=event.status_code, headers=event.headers, reason=event.reason)))
+            elif isinstance(event, h11.Data):
+                client.write(client.h11.send(h11.Data(data=event.data)))
+            elif isinstance(event, h11.EndOfMessage):
+                client.write(client.h11.send(h11.EndOfMessage()))
+                self.h11.start_next_cycle()
+                client.h11.start_next_cycle()
+                client.pump()
+                return
+            else:  # (the origin closed)
+                client.close()
+                return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.close()
+
+
+class _HttpClient(asyncio.Protocol):
+    """The client's side of the HTTP relay: each request event h11 reads
+    (head, every piece of the body, its end) is written on to the origin
+    at once, re-framed by the origin's h11."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.h11 = h11.Connection(h11.SERVER)
+        self.transport: asyncio.Transport | None = None
+        self.origin: _HttpOrigin | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.h11.receive_data(data)
+        self.pump()
+
+    def pump(self) -> None:
+        while self.h11.their_state is not h11.DONE:
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return
+            if isinstance(event, h11.Request):
+                origin = self.origin
+                if origin is None:  # (the first request: the connection is made for it)
+                    origin = self.origin = _HttpOrigin(self)
+                    _dial(origin, self.host, self.port)
+                origin.write(origin.h11.send(h11.Request(
+                    method=event.method, target=event.target, headers=event.headers)))
+            elif isinstance(event, h11.Data):
+                assert self.origin is not None
+                self.origin.write(self.origin.h11.send(h11.Data(data=event.data)))
+            elif isinstance(event, h11.EndOfMessage):
+                assert self.origin is not None
+                self.origin.write(self.origin.h11.send(h11.EndOfMessage()))
+            else:  # (the client closed)
+                self.close()
+                return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.origin is not None and self.origin.transport is not None:
+            self.origin.transport.close()
+
+
+_DIALS: set[asyncio.Task[Any]] = set()
+
+
+def _dial(origin: _HttpOrigin, host: str, port: int) -> None:
+    """Connect ``origin`` to ``host:port`` (what is written meanwhile is
+    sent once connected); a connection refused closes its client."""
+    loop = asyncio.get_running_loop()
+
+    def done(task: asyncio.Task[Any]) -> None:
+        _DIALS.discard(task)
+        if task.cancelled() or task.exception() is not None:
+            origin.client.close()
+
+    task = loop.create_task(loop.create_connection(lambda: origin, host, port))
+    _DIALS.add(task)
+    task.add_done_callback(done)
+
+
+def serve_http_relay(port_file: Path, host: str, port: int) -> None:
+    """Run the HTTP relay until killed; write its port to ``port_file``.
+    Each client connection gets one of its own to ``host:port``, made at its
+    first request; both are read and written by h11 (RFC 9112 framing), and
+    every event is written on in the callback that receives its bytes:
+    head, body pieces and end, both ways, as they arrive (the request is
+    not gathered first). Nothing is stored: the least a Python proxy that
+    parses HTTP/1.1 with h11 adds."""
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _HttpClient(host, port), "127.0.0.1", 0)
+        port_file.write_text(str(server.sockets[0].getsockname()[1]))
+        await server.serve_forever()
+
+    asyncio.run(run())
+
+
 @contextmanager
-def relay(url: str) -> Iterator[tuple[str, int]]:
+def relay(url: str, *, http: bool = False) -> Iterator[tuple[str, int]]:
     """The bare TCP relay to ``url`` (``http://HOST:PORT``) in a process of
-    its own, for the ``with`` block: yields (its base URL, its pid)."""
-    with _process(["--relay", "PORT_FILE", "--to", url.removeprefix("http://")]) as started:
+    its own, for the ``with`` block: yields (its base URL, its pid).
+    ``http``: the HTTP relay instead (``serve_http_relay``: h11 both ways,
+    nothing stored)."""
+    with _process(["--relay", "PORT_FILE", "--to", url.removeprefix("http://"),
+                   *(["--http"] if http else [])]) as started:
         yield started
 
 
@@ -456,10 +602,11 @@ if __name__ == "__main__":
     parser.add_argument("--answer", metavar="FILE", type=Path)
     parser.add_argument("--relay", metavar="PORT_FILE", type=Path)
     parser.add_argument("--to", metavar="HOST:PORT")
+    parser.add_argument("--http", action="store_true", help="relay HTTP/1.1 through h11")
     args = parser.parse_args()
     if args.relay is not None:
         to_host, _, to_port = (args.to or "").rpartition(":")
-        serve_relay(args.relay, to_host, int(to_port))
+        (serve_http_relay if args.http else serve_relay)(args.relay, to_host, int(to_port))
     elif args.upstream is not None:
         serve_upstream(args.upstream, args.answer.read_bytes() if args.answer else None)
     else:
