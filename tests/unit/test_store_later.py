@@ -19,7 +19,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,7 @@ from wiretape.launch.record import ReportKeeper
 from wiretape.model import Ending, Exchange, Frame, Origin, Request, Response, RunInfo
 from wiretape.proxy import record
 from wiretape.proxy.connect import ConnectReport
+from wiretape.proxy.record import Recorder
 from wiretape.redaction import STANDARD, redact_text
 from wiretape.store import blobs
 from wiretape.store.runfile import RunFile, open_run
@@ -89,6 +90,23 @@ def held_back(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+async def record_turns(path: Path, bodies: list[bytes],
+                       after: Callable[[bytes], Awaitable[None]] | None = None) -> Recorder:
+    """Each body sent as a chat request through a recorder writing
+    ``path`` in front of a fake provider, its answer read (a 200), then
+    ``after(body)`` awaited; the recorder, once closed (every exchange
+    committed)."""
+    async with (AsyncFakeProvider([TextTurn(f"answer {i}") for i in range(len(bodies))]) as fp,
+                recording(path, fp.url + "/v1") as rec,
+                await RawClient.open(rec.port) as client):
+        for body in bodies:
+            await client.send(request_bytes("POST", CHAT, body, JSON))
+            assert (await asyncio.wait_for(client.response(), 20)).status == 200
+            if after is not None:
+                await after(body)
+    return rec.recorder
 
 
 def test_a_body_committed_raw_reads_back_the_same_before_and_after_compression(
@@ -211,12 +229,7 @@ async def test_the_recorder_commits_then_compresses_and_aclose_waits(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = "sk-proj-" + "q" * 40
     bodies = [body.replace(b'"turn ', f'"{key} turn '.encode()) for body in conversation(3)]
-    async with (AsyncFakeProvider([TextTurn(f"answer {i}") for i in range(3)]) as fp,
-                recording(tmp_path / "r.wtape", fp.url + "/v1") as rec,
-                await RawClient.open(rec.port) as client):
-        for body in bodies:
-            await client.send(request_bytes("POST", CHAT, body, JSON))
-            assert (await client.response()).status == 200
+    await record_turns(tmp_path / "r.wtape", bodies)
     kept = stored_blobs(tmp_path / "r.wtape")
     with open_run(tmp_path / "r.wtape") as again:
         exchanges = again.exchanges()
@@ -384,17 +397,14 @@ async def test_the_commit_waits_for_a_request_body_compressed_within_its_budget(
     monkeypatch.setattr(blobs, "put_raw", spied)
     monkeypatch.setattr(record, "PACK_WAIT_PER_BYTE", 1e-3)  # (a second per KB)
     bodies = conversation(2)
-    async with (AsyncFakeProvider([TextTurn("one"), TextTurn("two")]) as fp,
-                recording(tmp_path / "r.wtape", fp.url + "/v1") as rec,
-                await RawClient.open(rec.port) as client):
-        for body in bodies:
-            await client.send(request_bytes("POST", CHAT, body, JSON))
-            assert (await asyncio.wait_for(client.response(), 20)).status == 200
-            for _ in range(200):  # (the first: compressed afterwards, to be the reference)
-                if stored_blobs(tmp_path / "r.wtape")[sha(body)][0] != "raw":
-                    break
-                await asyncio.sleep(0.05)
-        assert rec.recorder.stats.exchanges == 2
+
+    async def compressed(body: bytes) -> None:  # (the first: afterwards, to be the reference)
+        for _ in range(200):
+            if stored_blobs(tmp_path / "r.wtape")[sha(body)][0] != "raw":
+                return
+            await asyncio.sleep(0.05)
+
+    assert (await record_turns(tmp_path / "r.wtape", bodies, compressed)).stats.exchanges == 2
     # the first had nothing to be compressed against ahead: raw, then
     # compressed; the second was spliced against it before its commit
     assert raw == [sha(bodies[0])]
