@@ -214,26 +214,98 @@ def test_a_replay_of_a_run_without_mcp_messages_says_so(tmp_path: Path) -> None:
     assert verdict["mcp"]["sessions"] == {"recorded": 0, "played": 0, "missing": 1, "unused": 0}
 
 
-def test_a_server_that_writes_what_is_not_json_is_one_line(tmp_path: Path) -> None:
-    scene = Scene(tmp_path)
-    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
-        done = scene.wiretape(
-            "record", "-o", str(scene.run), "--no-snapshot", "--upstream", f"openai={fp.url}/v1",
-            "--", "sh", "-c", f"echo '{INITIALIZE}' | wiretape mcp -- notes-server --noisy",
-            server_on_path=True)
-    assert done.returncode == 2, done.stderr
-    said = [line for line in done.stderr.splitlines() if "wiretape mcp" in line]
-    assert said == ["wiretape mcp: MCP server 'notes-server' (notes-server --noisy) wrote a line "
-                    "that is not JSON: b'Starting notes server v1.0...\\n' to stdout, where the "
-                    "stdio transport carries only JSON-RPC messages, one per line: make it log "
-                    "to stderr"]
-    assert "Traceback" not in done.stderr
+@pytest.fixture(scope="module")
+def banner_recorded(tmp_path_factory: pytest.TempPathFactory,
+                    ) -> tuple[Scene, subprocess.CompletedProcess[str]]:
+    """The agent's session with ``notes-server --banner`` (a line that is
+    not JSON on stdout as it starts, naming a key, and one more before
+    ``tools/list``'s answer), recorded."""
+    scene = Scene(tmp_path_factory.mktemp("mcp-banner"))
+    with FakeProvider(script_from_json(TURNS)) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", *scene.agent("launch"), "--banner",
+                              server_on_path=True)
+    return scene, done
+
+
+def test_a_server_that_writes_what_is_not_json_is_relayed_and_recorded(
+        banner_recorded: tuple[Scene, subprocess.CompletedProcess[str]]) -> None:
+    """MCP clients skip a stdout line that is not JSON and go on: so does
+    the shim, which passes it on, records it in its place, and says so
+    once."""
+    scene, done = banner_recorded
+    assert done.returncode == 0, done.stderr
+    assert "The note says the code is 7-ALPHA-9." in done.stdout
+    said = [line for line in done.stderr.splitlines() if line.startswith("wiretape mcp")]
+    assert said == ["wiretape mcp: MCP server 'notes' wrote a line that is not JSON to stdout: "
+                    "b'Starting notes server v1.2 (key <redacted*******************'...; passed"
+                    " on to its client as received and recorded (the MCP stdio "
+                    "transport expects only JSON-RPC messages on stdout: a server should log "
+                    "to stderr)"]
     from wiretape.store.runfile import RunFile
 
     with RunFile.open(scene.run) as run:
         (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
-    assert session.error is not None and "not JSON" in session.error
-    assert [m.direction for m in session.messages] == ["client"]
+    assert session.error is None
+    texts = [m.payload for m in session.messages if not m.payload.startswith(b"{")]
+    assert texts[0].startswith(b"Starting notes server v1.2 (key ")
+    assert texts[1:] == [b"listing 1 tool"]
+    order = [(m.direction, m.payload if m.payload in texts else
+              json.loads(m.payload).get("method")) for m in session.messages]
+    assert order.index(("client", "tools/list")) + 1 == order.index(
+        ("server", b"listing 1 tool"))
+    assert len(session.messages) == 9
+    # show, report and the HAR export read the lines as text
+    shown = scene.wiretape("show", str(scene.run))
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert "MCP session of server 'notes', 9 messages" in shown.stdout
+    data = json.loads(scene.wiretape("show", str(scene.run), "--json").stdout)
+    assert [c["method"] for c in data["mcp_calls"]] == ["tools/list", "tools/call"]
+    report = scene.root / "r.html"
+    made = scene.wiretape("report", str(scene.run), "-o", str(report))
+    assert made.returncode == 0, made.stderr
+    assert "listing 1 tool" in report.read_text()
+    har = scene.root / "r.har"
+    made = scene.wiretape("export", str(scene.run), "--har", str(har))
+    assert made.returncode == 0, made.stderr
+    frames = json.loads(har.read_text())["log"]["entries"][0]["_webSocketMessages"]
+    assert "listing 1 tool" in [f["data"] for f in frames]
+
+
+def test_a_key_in_a_servers_banner_line_is_not_stored(
+        banner_recorded: tuple[Scene, subprocess.CompletedProcess[str]]) -> None:
+    scene, done = banner_recorded
+    assert done.returncode == 0, done.stderr
+    key = b"sk-proj-" + b"Q7w9E2r4T6y8U1i3O5p7" * 2
+    stored = scene.run.read_bytes()
+    assert key not in stored and key[:24] not in stored
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
+        facts = [fact.location for _, fact in run.redactions()]
+    banner = next(m.payload for m in session.messages if m.payload.startswith(b"Starting"))
+    assert banner.startswith(b"Starting notes server v1.2 (key ") and key not in banner
+    assert banner.endswith(b")...") and "server-message" in facts
+
+
+def test_a_replay_writes_the_lines_that_are_not_json_back(
+        banner_recorded: tuple[Scene, subprocess.CompletedProcess[str]]) -> None:
+    """Replayed strict with the server gone: the same answer, every message
+    exact, the banner line and the stray one written back in their places."""
+    scene, recorded = banner_recorded
+    assert recorded.returncode == 0, recorded.stderr
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", *scene.agent("launch"),
+                          "--banner")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("The note says the code is 7-ALPHA-9.\n")
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["pass"] is True and verdict["outcome"]["stdout"]["same"] is True
+    mcp = verdict["mcp"]
+    assert mcp["sessions"] == {"recorded": 1, "played": 1, "missing": 0, "unused": 0}
+    assert (mcp["exact"], mcp["diverged"], mcp["missing"], mcp["unused"]) == (4, 0, 0, 0)
+    (row,) = [r for r in verdict["requests"] if r["method"] == "MCP"]
+    assert row["detail"]["messages"]["not_sent"] == []
 
 
 def test_a_server_command_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
@@ -550,3 +622,77 @@ def test_an_agent_that_leaves_its_shim_behind_gets_no_traceback(tmp_path: Path) 
     with RunFile.open(scene.run) as run:
         (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
     assert [m.direction for m in session.messages] == ["client", "server"]
+
+
+#: A raw server with a banner: a line that is not JSON as it starts, and
+#: for each client line that is not JSON, one that is not JSON either.
+BANNER_SERVER = '''
+import json, sys
+print("Starting raw server v1.2...", flush=True)
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        print("what is " + repr(line.strip()) + "?", flush=True)
+        continue
+    if "id" in msg:
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {}}), flush=True)
+'''
+
+#: An agent that reads the shim's first line before it writes anything,
+#: then sends ``initialize`` and a line that is not JSON (its argument),
+#: and prints each line it reads and the shim's status.
+BANNER_AGENT = (
+    "import subprocess, sys\n"
+    "p = subprocess.Popen(['wiretape', 'mcp', '--name', 'b', '--', 'banner-server'],"
+    " stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+    "print('first', p.stdout.readline())\n"
+    f"p.stdin.write({INITIALIZE!r}.encode() + b'\\n'); p.stdin.flush()\n"
+    "print('answer', p.stdout.readline())\n"
+    "p.stdin.write(sys.argv[1].encode() + b'\\n'); p.stdin.flush()\n"
+    "print('then', p.stdout.readline())\n"
+    "p.stdin.close()\n"
+    "print('rest', p.stdout.read())\n"
+    "print('shim exit', p.wait())\n")
+
+
+def test_a_banner_before_the_first_message_is_replayed_first(tmp_path: Path) -> None:
+    """A banner the client read before it wrote anything is written first
+    again; a client line that is not JSON is matched like a message (exact
+    bytes: another one diverges)."""
+    scene = Scene(tmp_path)
+    (scene.root / "banner_server.py").write_text(BANNER_SERVER)
+    Scene._script(scene.servers / "banner-server",
+                  f'exec {sys.executable} {scene.root / "banner_server.py"} "$@"')
+    agent = [sys.executable, "-c", BANNER_AGENT]
+    with FakeProvider(script_from_json([{"text": "hi"}])) as fp:
+        done = scene.wiretape("record", "-o", str(scene.run), "--no-snapshot", "--upstream",
+                              f"openai={fp.url}/v1", "--", *agent, "hello server",
+                              server_on_path=True)
+    assert done.returncode == 0, done.stderr
+    expected = ["first b'Starting raw server v1.2...\\n'",
+                'answer b\'{"jsonrpc": "2.0", "id": 0, "result": {}}\\n\'',
+                "then b\"what is 'hello server'?\\n\"", "rest b''", "shim exit 0"]
+    assert done.stdout.splitlines() == expected
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        (session,) = [e for e in run.exchanges() if e.kind == "mcp"]
+    assert [(m.direction, m.payload[:9]) for m in session.messages] == [
+        ("server", b"Starting "), ("client", b'{"jsonrpc'), ("server", b'{"jsonrpc'),
+        ("client", b"hello ser"), ("server", b"what is '")]
+
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", *agent, "hello server")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:5] == expected
+    verdict: Any = verdict_of(done.stdout)
+    assert verdict["pass"] is True
+    assert (verdict["mcp"]["exact"], verdict["mcp"]["diverged"]) == (2, 0)
+
+    done = scene.wiretape("replay", str(scene.run), "--json", "--", *agent, "hello client")
+    assert done.returncode == 3, done.stderr
+    verdict = verdict_of(done.stdout)
+    assert (verdict["mcp"]["exact"], verdict["mcp"]["diverged"]) == (1, 1)
+    assert verdict["outcome"]["stopped"]["reason"].startswith(
+        "diverged message #3 (client")
+    assert "Traceback" not in done.stderr

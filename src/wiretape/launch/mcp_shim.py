@@ -12,9 +12,18 @@ environment of the nearest process above it that has it (Linux
 
 - Recording: it starts the real server, relays each line both ways as it
   comes (stderr passes through untouched) and sends each one, with its
-  direction and its offset from the start, to the recorder. A line the
-  server writes to stdout that is not JSON breaks the transport: the shim
-  says so in one line, stops the server and exits 2.
+  direction and its offset from the start, to the recorder. A line that
+  is not JSON (a server's banner, a stray print) is relayed and recorded
+  like any other, in its place: the shim is no stricter than the MCP
+  clients it sits between, which skip such a line and go on reading (the
+  MCP Python SDK 1.30, ``mcp.client.stdio.stdio_client``: the line's
+  validation error is logged and handed to the session as an exception,
+  whose default message handler ignores it, ``mcp.shared.session``
+  ``BaseSession._receive_loop``; the TypeScript SDK's
+  ``StdioClientTransport`` passes it to ``onerror`` and goes on). The
+  first such line of a session from the server is said in one line on
+  stderr, quoted. A line longer than ``proxy.mcp.MAX_LINE`` bytes breaks
+  the link: the shim says so in one line, stops the server and exits 2.
 - Replaying: the server is not started; each client line goes to the
   replayer, which answers with the recorded server lines to write.
 - Outside a recording or a replay (no ``WIRETAPE_MCP`` anywhere): it says
@@ -170,6 +179,28 @@ class _Stdin:
         threading.Thread(target=pump, name="wiretape-mcp-stdin", daemon=True).start()
 
 
+#: How many bytes of a line that is not JSON the shim's notice quotes.
+QUOTED = 60
+
+
+def _is_json(line: bytes) -> bool:
+    """Whether a stdout line of the server is JSON (UTF-8, RFC 8259)."""
+    try:
+        json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def _quote(line: bytes) -> str:
+    """The start of a line (``QUOTED`` bytes) as a bytes literal, its
+    secrets masked as the run masks them (``redaction``)."""
+    from wiretape.redaction import redact_text  # (only for such a line: a shim starts fast)
+
+    masked = redact_text(line.rstrip(b"\r\n"), "server-message")[0]
+    return f"{masked[:QUOTED]!r}{'...' if len(masked) > QUOTED else ''}"
+
+
 def _write_out(line: bytes) -> None:
     """One line to this process's stdout (the MCP client), flushed."""
     sys.stdout.buffer.write(line.rstrip(b"\r\n") + b"\n")
@@ -239,6 +270,7 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
         loop.add_signal_handler(signum, stop_server)
     stdin = _Stdin()
     broken: list[str] = []
+    warned: list[bytes] = []  # (the first line that was not JSON: said once a session)
 
     def note(direction: str, line: bytes) -> None:
         writer.write(mcp.encode({"dir": direction, "t": time.monotonic_ns() - t0,
@@ -267,11 +299,12 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
                 return
             if not line.strip():
                 continue
-            try:
-                json.loads(line)
-            except (ValueError, UnicodeDecodeError):
-                broken.append(f"a line that is not JSON: {line[:60]!r}")
-                return
+            if not warned and not _is_json(line):
+                warned.append(line)
+                say(f"wiretape mcp: MCP server {name!r} wrote a line that is not JSON to "
+                    f"stdout: {_quote(line)}; passed on to its client as received and "
+                    "recorded (the MCP stdio transport expects only JSON-RPC messages on "
+                    "stdout: a server should log to stderr)")
             note("server", line)
             _write_out(line)
 

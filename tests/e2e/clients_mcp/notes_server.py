@@ -1,7 +1,10 @@
 """A small stdio MCP server written by hand (MCP 2025-06-18, stdio
 transport: one JSON-RPC message per line): one tool, ``read_note``, that
 returns a note by name. ``--noisy`` makes it print a line that is not JSON
-to stdout before answering (a broken server); it logs to stderr."""
+to stdout before each answer; ``--banner`` prints one (naming a key) on
+stdout as it starts and one more before answering ``tools/list`` (a server
+that writes what is not a message where its messages go, which MCP clients
+skip); it logs to stderr."""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ import sys
 
 NOTES = {"launch": "The launch code is 7-ALPHA-9.", "lunch": "Soup on Tuesdays.",
          "deploy": "The deploy token is ghp_" + "R2d2C3po" * 5 + "."}
+#: A key-shaped value the ``--banner`` line names (never to be stored).
+BANNER_KEY = "sk-proj-" + "Q7w9E2r4T6y8U1i3O5p7" * 2
 TOOL = {"name": "read_note", "description": "Read a note by name.",
         "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}},
                         "required": ["name"]}}
@@ -40,8 +45,10 @@ def answer(message: dict[str, object]) -> dict[str, object] | None:
 
 
 def main() -> None:
-    noisy = "--noisy" in sys.argv
+    noisy, banner = "--noisy" in sys.argv, "--banner" in sys.argv
     print("notes server: started", file=sys.stderr, flush=True)
+    if banner:
+        print(f"Starting notes server v1.2 (key {BANNER_KEY})...", flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -50,6 +57,9 @@ def main() -> None:
             continue
         if noisy:
             print("Starting notes server v1.0...", flush=True)
+        result = reply.get("result")
+        if banner and isinstance(result, dict) and "tools" in result:
+            print("listing 1 tool", flush=True)
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
 
