@@ -8,8 +8,9 @@ with ``{"hello": 1, "token": T, "name": NAME, "command": [...]}``; the hub
 answers ``{"mode": "record"}``, ``{"mode": "replay"}`` or ``{"error":
 LINE}``. Then, recording, the shim sends each message that crossed its
 stdio as ``{"dir": "client"|"server", "t": NS, "line": TEXT}`` (``t``: ns
-since the session began), and ``{"error": LINE}`` when the server broke
-the transport, and ``{"exit": STATUS}`` when the server's output ended
+since the session began; a line that is not JSON is a message like the
+others), and ``{"error": LINE}`` when the server broke the transport (a
+line longer than ``MAX_LINE``), and ``{"exit": STATUS}`` when the server's output ended
 (it exited, or broke the transport) while its client was still connected;
 the session is over when the shim's stream ends. Replaying,
 the shim sends ``{"line": TEXT}`` for each client message and ``{"eof":
@@ -120,7 +121,8 @@ def bytes_of(text: str) -> bytes:
 
 
 def message(direction: str, text: str, offset_ns: int) -> Message:
-    """A JSON-RPC message as the run keeps it: a text message of the session."""
+    """A stdio line as the run keeps it (a JSON-RPC message, or a line that
+    is not JSON, bytes kept): a text message of the session."""
     return Message("client" if direction == "client" else "server", Opcode.TEXT,
                    bytes_of(text), offset_ns)
 

@@ -1,10 +1,9 @@
 """A small stdio MCP server written by hand (MCP 2025-06-18, stdio
 transport: one JSON-RPC message per line): one tool, ``read_note``, that
-returns a note by name. ``--noisy`` makes it print a line that is not JSON
-to stdout before each answer; ``--banner`` prints one (naming a key) on
-stdout as it starts and one more before answering ``tools/list`` (a server
-that writes what is not a message where its messages go, which MCP clients
-skip); it logs to stderr."""
+returns a note by name. ``--banner`` makes it print a line that is not
+JSON (naming a key) on stdout as it starts, and one more before answering
+``tools/list`` (a server that writes what is not a message where its
+messages go, which MCP clients skip); it logs to stderr."""
 
 from __future__ import annotations
 
@@ -45,7 +44,7 @@ def answer(message: dict[str, object]) -> dict[str, object] | None:
 
 
 def main() -> None:
-    noisy, banner = "--noisy" in sys.argv, "--banner" in sys.argv
+    banner = "--banner" in sys.argv
     print("notes server: started", file=sys.stderr, flush=True)
     if banner:
         print(f"Starting notes server v1.2 (key {BANNER_KEY})...", flush=True)
@@ -55,8 +54,6 @@ def main() -> None:
         reply = answer(json.loads(line))
         if reply is None:
             continue
-        if noisy:
-            print("Starting notes server v1.0...", flush=True)
         result = reply.get("result")
         if banner and isinstance(result, dict) and "tools" in result:
             print("listing 1 tool", flush=True)
