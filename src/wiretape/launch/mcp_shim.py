@@ -14,16 +14,20 @@ environment of the nearest process above it that has it (Linux
   comes (stderr passes through untouched) and sends each one, with its
   direction and its offset from the start, to the recorder. A line that
   is not JSON (a server's banner, a stray print) is relayed and recorded
-  like any other, in its place: the shim is no stricter than the MCP
-  clients it sits between, which skip such a line and go on reading (the
-  MCP Python SDK 1.30, ``mcp.client.stdio.stdio_client``: the line's
-  validation error is logged and handed to the session as an exception,
-  whose default message handler ignores it, ``mcp.shared.session``
-  ``BaseSession._receive_loop``; the TypeScript SDK's
-  ``StdioClientTransport`` passes it to ``onerror`` and goes on). The
-  first such line of a session from the server is said in one line on
-  stderr, quoted. A line longer than ``proxy.mcp.MAX_LINE`` bytes breaks
-  the link: the shim says so in one line, stops the server and exits 2.
+  like any other, in its place. The specification says a server must not
+  write one, but the shim is no stricter than the MCP clients it sits
+  between, which skip such a line and go on reading: the MCP Python SDK
+  (1.30, ``mcp/client/stdio/__init__.py``, ``stdio_client``'s
+  ``stdout_reader``) logs the line's validation error, hands the exception
+  to the session and continues, and the session
+  (``mcp/shared/session.py``, ``BaseSession._receive_loop``) passes it to
+  its message handler, which by default ignores it; the TypeScript SDK's
+  ``StdioClientTransport`` (``src/client/stdio.ts``,
+  ``processReadBuffer``) calls ``onerror`` and reads on. The first such
+  line of a session from the server is said in one line on stderr, its
+  start quoted with its secrets masked. A line longer than
+  ``proxy.mcp.MAX_LINE`` bytes breaks the link: the shim says so in one
+  line, stops the server and exits 2.
 - Replaying: the server is not started; each client line goes to the
   replayer, which answers with the recorded server lines to write.
 - Outside a recording or a replay (no ``WIRETAPE_MCP`` anywhere): it says
