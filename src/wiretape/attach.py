@@ -13,6 +13,10 @@ runs it on the caller's running loop instead: use it only when the agent
 awaits its requests on that loop, since a blocking call there would starve
 the proxy.
 
+An agent process started in the block (or an in-process agent's stdio MCP
+servers) gets ``proxy.env`` in its environment too: the MCP servers it
+starts through ``wiretape mcp`` are then recorded (replayed) by the proxy.
+
 Owns starting and stopping a proxy around a block, on a thread or a task,
 and handing back what it produced. Must not know how exchanges are
 recorded, matched or stored: that is the launch layer's.
@@ -65,6 +69,7 @@ class _AttachedProxy(Generic[T]):
 
     def __init__(self) -> None:
         self._origins: list[Origin] | None = None
+        self._env: dict[str, str] = {}
         self._result: T | None = None
         self._finished = False
         self._failure: BaseException | None = None
@@ -100,6 +105,21 @@ class _AttachedProxy(Generic[T]):
         """The first origin's proxy URL: give it to the agent as its base URL.
         Raises UsageError outside the block."""
         return next(iter(self.urls.values()))
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What to add to the environment of an agent process started in
+        the block, beside its base URL (``url``): ``{"WIRETAPE_MCP": VALUE}``,
+        so the stdio MCP servers it starts through ``wiretape mcp`` are
+        recorded (replayed) by this proxy. Raises UsageError outside the block."""
+        _ = self.origins  # (raises outside the block)
+        return dict(self._env)
+
+    def _keep_env(self, variables: dict[str, str]) -> None:
+        # on_environment: called before on_listening, on the proxy's loop
+        from wiretape.proxy.mcp import VARIABLE
+
+        self._env = {VARIABLE: variables[VARIABLE]}
 
     @property
     def port(self) -> int:
@@ -209,8 +229,8 @@ class _AttachedProxy(Generic[T]):
 class RecordingProxy(_AttachedProxy[Run]):
     """A recording proxy for the length of a block; see :func:`recording`.
 
-    Inside the block: ``url``, ``urls``, ``port``, ``origins``. After it:
-    ``run``, the :class:`~wiretape.Run` written.
+    Inside the block: ``url``, ``urls``, ``port``, ``origins``, ``env``.
+    After it: ``run``, the :class:`~wiretape.Run` written.
     """
 
     _what = "recording"
@@ -230,7 +250,7 @@ class RecordingProxy(_AttachedProxy[Run]):
         result = await launch_record(
             None, out=self._out, upstreams=list(self._upstreams.items()),
             ports=port_pairs(None, self._ports), max_body=self._max_body,
-            on_listening=on_listening, until=until)
+            on_listening=on_listening, on_environment=self._keep_env, until=until)
         raise_unsaved(result)
         return Run(run_id=result.run_id, path=result.path, exchanges=result.exchanges,
                    body_bytes=result.body_bytes, duration_s=result.duration_s,
@@ -246,8 +266,8 @@ class RecordingProxy(_AttachedProxy[Run]):
 class ReplayingProxy(_AttachedProxy[Verdict]):
     """A replaying proxy for the length of a block; see :func:`replaying`.
 
-    Inside the block: ``url``, ``urls``, ``port``, ``origins``. After it:
-    ``verdict``. In strict mode the proxy stops at the first mismatch and
+    Inside the block: ``url``, ``urls``, ``port``, ``origins``, ``env``.
+    After it: ``verdict``. In strict mode the proxy stops at the first mismatch and
     later requests are refused.
     """
 
@@ -268,7 +288,8 @@ class ReplayingProxy(_AttachedProxy[Verdict]):
         from wiretape.launch.replay import replay as launch_replay
 
         verdict: Verdict = await launch_replay(self._path, None, self._settings,
-                                               on_listening=on_listening, until=until)
+                                               on_listening=on_listening,
+                                               on_environment=self._keep_env, until=until)
         return verdict
 
     @property

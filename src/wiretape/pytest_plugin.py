@@ -133,9 +133,11 @@ def wiretape_proxy(request: pytest.FixtureRequest, wiretape_recording: bool,
                    wiretape_run_path: Path, tmp_path_factory: pytest.TempPathFactory
                    ) -> Generator[RecordingProxy | ReplayingProxy, None, None]:
     """A proxy for an agent in this process: give it ``wiretape_proxy.url``
-    as its base URL. It replays the test's run (recording it with
-    ``--wiretape-record``); after the test, a failed verdict fails the test
-    with the divergence report."""
+    as its base URL (an agent process started by the test: that, and
+    ``wiretape_proxy.env`` in its environment, for the stdio MCP servers
+    it starts through ``wiretape mcp``). It replays the test's run
+    (recording it with ``--wiretape-record``); after the test, a failed
+    verdict fails the test with the divergence report."""
     session = _register(request, _Session(
         request.node, wiretape_run_path, _settings(request.node), wiretape_recording,
         tmp_path_factory.mktemp("wiretape")))

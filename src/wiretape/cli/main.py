@@ -10,6 +10,7 @@ these definitions.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -422,7 +423,10 @@ def serve(
 
     Once it listens, it prints one line per origin, the base URL to give
     the agent: ``listening: URL`` (``NAME: URL`` for an origin given as
-    ``--upstream NAME=URL``).
+    ``--upstream NAME=URL``); with --intercept, ``export NAME=VALUE`` lines
+    instead. Then ``export WIRETAPE_MCP=VALUE``: set it in the agent's
+    environment, and the stdio MCP servers it starts through
+    ``wiretape mcp`` are recorded (replayed) by this process.
 
     \b
     Example:
@@ -436,7 +440,12 @@ def serve(
     if (tools or tools_except) and not record_mode:
         raise UsageError("--tools goes with --record: a replay serves the tool exchanges the "
                          "run recorded, as it was recorded")
+    from wiretape.proxy.mcp import VARIABLE as MCP_VARIABLE
+
     stop = asyncio.Event()
+    # Where `wiretape mcp` finds this recorder or replayer: printed after
+    # the URLs (tools read those first), for an agent started elsewhere.
+    hub: list[str] = []
 
     def announce(origins: Sequence[Origin]) -> None:
         from wiretape.launch.origins import proxy_url
@@ -448,7 +457,12 @@ def serve(
             loop.add_signal_handler(sig, stop.set)
         for o in origins:
             click.echo(f"{listening_label(o.name)}: {proxy_url(o.upstream, o.port)}")
+        for line in hub:
+            click.echo(line)
         sys.stdout.flush()
+
+    def export(name: str, value: str) -> str:
+        return f"export {name}={shlex.quote(value)}"
 
     if record_mode:
         from wiretape.launch.record import record as do_record
@@ -469,7 +483,9 @@ def serve(
         def announce_proxy(variables: dict[str, str]) -> None:
             # The agent's side of an intercepting proxy: these variables.
             for name, value in variables.items():
-                if intercept:
+                if name == MCP_VARIABLE:
+                    hub.append(export(name, value))
+                elif intercept:
                     click.echo(f"export {name}={value}")
 
         result = asyncio.run(do_record(None, out=out, upstreams=pairs, ports=_ports(ports),
@@ -515,7 +531,9 @@ def serve(
     exported: list[str] = []
 
     def collect_exports(variables: dict[str, str]) -> None:
-        exported.extend(f"export {name}={value}" for name, value in variables.items())
+        hub.extend(export(n, v) for n, v in variables.items() if n == MCP_VARIABLE)
+        exported.extend(f"export {name}={value}" for name, value in variables.items()
+                        if name != MCP_VARIABLE)
 
     def announce_all(origins: Sequence[Origin]) -> None:
         # An intercepted run is served as an HTTPS proxy: the agent needs

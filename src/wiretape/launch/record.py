@@ -205,7 +205,9 @@ async def record(
     which the child reaches directly.
     ``upstream_options``: extra CA and address overrides for reaching origins.
     ``on_environment`` is called with the variables set for the agent (name
-    to value) once the proxy listens, for an agent started by someone else.
+    to value: the base URL or proxy variables, and ``WIRETAPE_MCP``, where
+    ``wiretape mcp`` finds the recorder) once the proxy listens, for an
+    agent started by someone else.
     ``allow``: learned correspondences every replay of the run accepts
     (matching.correspond.ALLOWANCES names), stored with it.
 
@@ -242,7 +244,8 @@ async def record(
                 # The run file exists: however the recording ends, it keeps its end and outcome.
                 stack.push_async_callback(_judge_record, session)
                 if on_environment is not None:
-                    on_environment({name: session.env[name] for name in session.env_names})
+                    on_environment({**{name: session.env[name] for name in session.env_names},
+                                    mcp.VARIABLE: session.env[mcp.VARIABLE]})
                 if on_listening is not None:
                     on_listening(session.origins)
                 await _serve_record(stack, session, until, echo_stdout, echo_stderr,
@@ -456,7 +459,7 @@ async def _prepare_record(
     # Stdio MCP servers the agent starts through `wiretape mcp` find the
     # recorder here (closed before the recorder: its sessions are stored).
     hub = mcp.Hub("record", recorder.mcp_session)
-    env[mcp.VARIABLE] = await hub.start()  # (the agent's own: serve does not print it)
+    env[mcp.VARIABLE] = await hub.start()  # (serve hands it on through on_environment)
     stack.push_async_callback(hub.close)
     session = _Recording(list(argv) if argv is not None else None, cwd, run_id, path, run,
                          recorder, listeners, connect, origins, env, names, snapshot_ids,

@@ -370,6 +370,11 @@ async def replay(
     in ``argv`` runs in ``cwd`` (default: the current directory); the
     recorded one, in the recorded directory.
 
+    ``on_environment`` is called, once the proxy listens, with the
+    variables an agent started by someone else needs (name to value): the
+    proxy variables when intercepting, and ``WIRETAPE_MCP``, where
+    ``wiretape mcp`` finds the replayer.
+
     However it ends (an error, a cancellation), the ports, the CA, the
     isolation, an agent still running and the sandbox (unless ``keep``)
     are given back, and a replay that has begun keeps its end and outcome.
@@ -389,8 +394,9 @@ async def replay(
                 session = await _prepare_replay(stack, path, argv, settings, cwd=cwd,
                                                 until=until, on_decision=on_decision)
                 session.interrupts = interrupts
-                if on_environment is not None and session.proxy_variables is not None:
-                    on_environment(session.proxy_variables)
+                if on_environment is not None:
+                    on_environment({**(session.proxy_variables or {}),
+                                    mcp.VARIABLE: session.env[mcp.VARIABLE]})
                 session.start()
                 # The replay has begun: however it ends, its outcome is stored and judged.
                 stack.push_async_callback(_judge_replay, session)
