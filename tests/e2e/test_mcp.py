@@ -339,6 +339,124 @@ def test_outside_wiretape_the_server_runs_unrecorded(tmp_path: Path) -> None:
         "set): running MCP server 'notes-server' unrecorded", "notes server: started"]
 
 
+
+def _serve(scene: Scene, *args: str) -> tuple[subprocess.Popen[str], list[str], dict[str, str]]:
+    """``wiretape serve ARGS`` started as its own process: it, the lines it
+    printed once listening (the URL first, then the export), and the
+    environment for an agent started apart from it (the model's base URL
+    and ``WIRETAPE_MCP``, as printed)."""
+    proc = subprocess.Popen([sys.executable, "-m", "wiretape", "serve", *args], cwd=scene.root,
+                            env=scene.env(server_on_path=False), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    import threading
+
+    # A serve that never prints the second line is stopped, not waited on.
+    watchdog = threading.Timer(90, proc.kill)
+    watchdog.start()
+    try:
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+    finally:
+        watchdog.cancel()
+    if not all(lines) or proc.poll() is not None:
+        proc.kill()
+        raise AssertionError(f"serve printed {lines!r}: {proc.communicate()[1]}")
+    label, _, url = lines[0].strip().partition(": ")
+    assert label == "openai" and url.startswith("http://127.0.0.1:"), lines
+    name, _, value = shlex.split(lines[1])[-1].partition("=")
+    return proc, lines, {"OPENAI_BASE_URL": url, name: value}
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    import signal
+
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def test_serve_prints_where_mcp_servers_are_recorded_and_replayed(tmp_path: Path) -> None:
+    """An agent started apart from ``wiretape serve`` with the variable it
+    printed: its MCP server's session is recorded by ``serve --record``,
+    then answered by ``serve --replay`` with the server gone from PATH, and
+    serve's verdict counts every message exact."""
+    scene = Scene(tmp_path)
+    with FakeProvider(script_from_json(TURNS)) as fp:
+        proc, lines, env = _serve(scene, "--record", "--upstream", f"openai={fp.url}/v1",
+                                  "-o", str(scene.run))
+        try:
+            assert lines[1].startswith("export WIRETAPE_MCP=tcp://127.0.0.1:"), lines
+            agent = subprocess.run(scene.agent("launch"),
+                                   env={**scene.env(server_on_path=True), **env},
+                                   capture_output=True, text=True, timeout=90)
+        finally:
+            code, _, err = _stop(proc)
+    assert agent.returncode == 0, agent.stderr
+    assert agent.stdout == "The note says the code is 7-ALPHA-9.\n"
+    assert code == 0, err
+    assert "wiretape mcp: not under" not in agent.stderr
+    from wiretape.store.runfile import RunFile
+
+    with RunFile.open(scene.run) as run:
+        exchanges = run.exchanges()
+    (session,) = [e for e in exchanges if e.kind == "mcp"]
+    assert session.origin == "mcp:notes"
+    methods = [json.loads(m.payload).get("method") for m in session.messages
+               if m.direction == "client"]
+    assert methods == ["initialize", "notifications/initialized", "tools/list", "tools/call"]
+    served = [json.loads(m.payload) for m in session.messages if m.direction == "server"]
+    assert served[-1]["result"]["content"][0]["text"] == "The launch code is 7-ALPHA-9."
+    assert len([e for e in exchanges if e.kind == "model"]) == 2
+
+    proc, lines, replay_env = _serve(scene, "--replay", str(scene.run), "--json")
+    try:
+        assert lines[1].startswith("export WIRETAPE_MCP=tcp://127.0.0.1:"), lines
+        assert replay_env["WIRETAPE_MCP"] != env["WIRETAPE_MCP"]
+        agent = subprocess.run(scene.agent("launch"),
+                               env={**scene.env(server_on_path=False), **replay_env},
+                               capture_output=True, text=True, timeout=90)
+    finally:
+        code, out, err = _stop(proc)
+    assert agent.returncode == 0, agent.stderr
+    assert agent.stdout == "The note says the code is 7-ALPHA-9.\n"
+    assert code == 0, err
+    verdict: Any = verdict_of(out)
+    assert verdict["pass"] is True
+    assert (verdict["recorded"], verdict["exact"]) == (2, 2)
+    mcp = verdict["mcp"]
+    assert mcp["sessions"] == {"recorded": 1, "played": 1, "missing": 0, "unused": 0}
+    assert (mcp["exact"], mcp["diverged"], mcp["missing"], mcp["unused"]) == (4, 0, 0, 0)
+    assert "; mcp: sessions 1/1, exact 4, diverged 0, missing 0, unused 0;" in err
+
+
+def test_the_python_proxies_hand_an_agent_process_the_mcp_variable(tmp_path: Path) -> None:
+    """``wiretape.recording()`` / ``replaying()`` (and so the pytest
+    plugin's ``wiretape_proxy``): ``proxy.env`` in an agent process's
+    environment records, then replays, the MCP servers it starts."""
+    import wiretape
+
+    scene = Scene(tmp_path)
+    with FakeProvider(script_from_json(TURNS)) as fp, wiretape.recording(
+            {"openai": f"{fp.url}/v1"}, out=scene.run) as recording:
+        assert list(recording.env) == ["WIRETAPE_MCP"]
+        agent = subprocess.run(scene.agent("launch"), env={
+            **scene.env(server_on_path=True), "OPENAI_BASE_URL": recording.url,
+            **recording.env}, capture_output=True, text=True, timeout=90)
+    assert agent.returncode == 0, agent.stderr
+    assert agent.stdout == "The note says the code is 7-ALPHA-9.\n"
+    assert recording.run.exchanges == 3  # the model's two calls and the MCP session
+    with wiretape.replaying(scene.run) as replaying:
+        agent = subprocess.run(scene.agent("launch"), env={
+            **scene.env(server_on_path=False), "OPENAI_BASE_URL": replaying.url,
+            **replaying.env}, capture_output=True, text=True, timeout=90)
+    assert agent.returncode == 0, agent.stderr
+    assert agent.stdout == "The note says the code is 7-ALPHA-9.\n"
+    verdict = replaying.verdict
+    assert verdict.passed and verdict.exact == 2
+    assert verdict.mcp is not None
+    messages = verdict.mcp.messages
+    assert (verdict.mcp.played, messages.exact, messages.diverged) == (1, 4, 0)
+
 def _call(rid: int, note: str) -> str:
     return json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
                        "params": {"name": "read_note", "arguments": {"name": note}}})
