@@ -187,3 +187,49 @@ def test_both(wiretape_agent, wiretape_proxy):
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([("*test_both.py::test_both: a test has one run, so it uses "
                                   "either wiretape_agent or wiretape_proxy, not both*")])
+
+
+MCP_TEST = '''
+import subprocess
+
+import pytest
+
+ENV = {env!r}
+
+@pytest.mark.wiretape(upstream="{upstream}")
+def test_notes(wiretape_proxy):
+    env = {{**ENV, "OPENAI_BASE_URL": wiretape_proxy.url, **wiretape_proxy.env}}
+    agent = subprocess.run({argv!r}, env=env, capture_output=True, text=True, timeout=90)
+    assert agent.stdout == "The note says the code is 7-ALPHA-9.\\n", agent.stderr
+'''
+
+
+def test_an_agent_process_started_by_the_test_records_and_replays_its_mcp_server(
+        pytester: pytest.Pytester) -> None:
+    """``wiretape_proxy.env`` in the environment of an agent process the
+    test starts: its stdio MCP server (``wiretape mcp``) is recorded with
+    the test's run, then answered from it with the server gone from PATH."""
+    from test_mcp import TURNS, Scene
+
+    from wiretape.store.runfile import RunFile
+    from wiretape.testing import script_from_json
+
+    scene = Scene(pytester.path / "scene")
+    run = pytester.path / "runs" / "test_notes" / "test_notes.wtape"
+    with FakeProvider(script_from_json(TURNS)) as provider:
+        pytester.makepyfile(test_notes=MCP_TEST.format(
+            env=scene.env(server_on_path=True), upstream=f"{provider.url}/v1",
+            argv=scene.agent("launch")))
+        pytester.runpytest_subprocess("--wiretape-record").assert_outcomes(passed=1)
+    with RunFile.open(run) as rf:
+        (session,) = [e for e in rf.exchanges() if e.kind == "mcp"]
+    assert session.origin == "mcp:notes" and len(session.messages) == 7
+
+    pytester.makepyfile(test_notes=MCP_TEST.format(
+        env=scene.env(server_on_path=False), upstream="http://127.0.0.1:9/v1",
+        argv=scene.agent("launch")))
+    replayed = pytester.runpytest_subprocess("-rP")
+    replayed.assert_outcomes(passed=1)
+    replayed.stdout.fnmatch_lines(["*wiretape: verdict PASS (strict): recorded 2, exact 2,*"
+                                   "; mcp: sessions 1/1, exact 4, diverged 0, missing 0, "
+                                   "unused 0;*"])
