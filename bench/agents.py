@@ -322,6 +322,8 @@ def rotations(names: list[str], rounds: int) -> Iterator[tuple[int, list[str]]]:
 
 @dataclass
 class Figures:
+    #: a ``--quick`` run: its verdicts are marked, the targets being the full run's
+    quick: bool = False
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
@@ -335,6 +337,8 @@ class Figures:
             verdict = ""
         else:
             verdict = "PASS" if value <= target else "MISS"
+            if self.quick:
+                verdict += "*"
         self.rows.append({"figure": name, "value": value, "unit": unit, "target": target,
                           "result": verdict, "shown": shown})
 
@@ -425,7 +429,13 @@ def main() -> None:
     check_budget = args.check_budget or (30 if q else 90)
     skip = set(filter(None, args.skip.split(",")))
     tmp = Path(tempfile.mkdtemp(prefix="wiretape-bench-"))
-    fig = Figures()
+    fig = Figures(quick=q)
+    if q:
+        fig.notes.append(
+            f"* --quick: a scaled-down run ({n_small} small exchanges, {n_sessions} session, "
+            f"{frames} frames a stream, {concurrent} concurrent streams, a {big // MIB} MiB "
+            f"stream, {check_runs} check runs), graded against the full run's targets: "
+            "indicative only")
     started = time.monotonic()
     fig.details["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                               "load_average_at_start": os.getloadavg()}
@@ -652,11 +662,11 @@ def measure(args: argparse.Namespace, fig: Figures, tmp: Path, direct: str,
                 max(v["serving_max_ms"] for v in loops.values()), "ms", 5.0)
         fig.add("event loop blocked, longest, start-up/shut-down",
                 max(v["outside_max_ms"] for v in loops.values()), "ms")
-        fig.add("  of which garbage collection, longest, serving",
+        fig.add("garbage collection's longest pause, serving",
                 max(v["serving_gc_max_ms"] for v in loops.values()), "ms")
         cpus = [v["serving_cpu_max_ms"] for v in loops.values()
                 if v["serving_cpu_max_ms"] is not None]
-        fig.add("  CPU time of a callback, longest, serving", max(cpus) if cpus else None, "ms")
+        fig.add("CPU time of one callback, longest, serving", max(cpus) if cpus else None, "ms")
         fig.details["event_loop"] = loops
 
     # `wiretape --help`.

@@ -103,6 +103,18 @@ def digests(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*.wtape"))}
 
 
+def test_check_fails_when_every_run_was_skipped(tmp_path: Path) -> None:
+    """A gate that replays nothing (every run recorded through a proxy
+    only) does not pass."""
+    suite = make_suite(tmp_path, "proxied")
+    result = wiretape_cli("check", "runs", cwd=suite)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.rstrip().splitlines()[-1] == (
+        "wiretape check: nothing was replayed: every run was recorded through a proxy only "
+        "(no command), so the tests that made them replay them; give check runs recorded "
+        "with `wiretape record -- CMD`")
+
+
 def test_check_replays_a_folder_in_parallel_and_reports(tmp_path: Path) -> None:
     suite = make_suite(tmp_path, "alpha", "beta", "changed", "broken", "proxied")
     before = digests(suite / "runs")

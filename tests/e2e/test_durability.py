@@ -150,6 +150,9 @@ def test_kill9_while_recording_keeps_every_completed_exchange(tmp_path, reap):
             for e in data["exchanges"]] == [
         (i, "POST", f"/v1/quick/{i}", 200, "complete") for i in range(QUICK)]
     assert [e["bytes"] for e in data["exchanges"]] == [len(s.sent_body) for s in quick]
+    heading = wiretape("show", str(run), cwd=tmp_path).stdout
+    assert ("exit status: unknown: the recording did not finish (wiretape was stopped before "
+            "the command ended); the exchanges committed until then are kept") in heading
 
     # full bodies, both ways, byte for byte
     with open_run(run) as rf:

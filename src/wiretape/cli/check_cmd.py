@@ -165,8 +165,9 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
     a yes on a terminal); without it each fails with a line saying so. A
     run file that cannot be read fails on its own line. SIGTERM or Ctrl-C
     stops every replay (and its agent) and removes the copies. Exit status:
-    0 every run passes; 1 any run fails or cannot be replayed; 2 usage
-    error; 143/130 stopped by SIGTERM/SIGINT.
+    0 every run passes; 1 any run fails or cannot be replayed, or every
+    run was skipped (nothing was checked); 2 usage error; 143/130 stopped
+    by SIGTERM/SIGINT.
 
     \b
     Example:
@@ -242,4 +243,10 @@ def check(paths: tuple[Path, ...], jobs: int | None, junit_path: Path | None, di
                f"{count[Status.FAIL]} failed, {count[Status.ERROR]} could not be replayed"
                f"{skipped}, in {duration:.1f} s"
                + (f"; JUnit XML in {junit_path}" if junit_path is not None else ""))
+    if count[Status.SKIP] == len(results):
+        # A gate that checked nothing must not pass.
+        click.echo("wiretape check: nothing was replayed: every run was recorded through a "
+                   "proxy only (no command), so the tests that made them replay them; give "
+                   "check runs recorded with `wiretape record -- CMD`")
+        sys.exit(1)
     sys.exit(1 if count[Status.FAIL] or count[Status.ERROR] else 0)

@@ -267,9 +267,21 @@ def run_heading(info: RunInfo, path: str) -> list[str]:
     by = [f"  recorded by: {printable(str(user))} on {printable(str(host))}"] if user else []
     return [f"run {printable(info.run_id)}  {printable(path)}", f"  command: {argv}",
             f"  cwd: {printable(info.cwd)}", *by,
-            f"  started: {when(info.started_at_ns)}  exit status: "
-            f"{'none (no command ran)' if info.exit_status is None else info.exit_status}",
+            f"  started: {when(info.started_at_ns)}  exit status: {exit_status(info)}",
             f"  origins: {origins}"]
+
+
+def exit_status(info: RunInfo) -> str:
+    """The recorded command's exit status as ``show`` says it; a run
+    whose recording never finished (wiretape killed: no end was stored)
+    says so, with what it holds."""
+    if info.exit_status is not None:
+        return str(info.exit_status)
+    if info.ended_at_ns is None:
+        return ("unknown: the recording did not finish (wiretape was stopped before "
+                + ("the command ended" if info.argv else "it was closed")
+                + "); the exchanges committed until then are kept")
+    return "none (no command ran)" if not info.argv else "unknown"
 
 
 def diff_lines(result: RunDiff, name_a: str, name_b: str) -> list[str]:
