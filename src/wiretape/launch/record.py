@@ -53,7 +53,7 @@ from wiretape.proxy import mcp
 from wiretape.proxy.connect import ConnectProxy, ConnectReport
 from wiretape.proxy.http1 import ErrorBody, Handler, plain_error
 from wiretape.proxy.record import Recorder
-from wiretape.proxy.server import Listeners
+from wiretape.proxy.server import Listeners, start_worker_threads
 from wiretape.proxy.shapes import error_response
 from wiretape.proxy.spool import DEFAULT_SPOOL_AT
 from wiretape.redaction import (
@@ -456,6 +456,7 @@ async def _prepare_record(
                         spool_at=spool_at, close_timeout=close_timeout)
     stack.push_async_callback(recorder.aclose)
     await recorder.warm_up()
+    await start_worker_threads()  # now, not while serving
     # Stdio MCP servers the agent starts through `wiretape mcp` find the
     # recorder here (closed before the recorder: its sessions are stored).
     hub = mcp.Hub("record", recorder.mcp_session)

@@ -59,7 +59,7 @@ from wiretape.proxy import mcp
 from wiretape.proxy.connect import ConnectProxy
 from wiretape.proxy.http1 import Handler, plain_error
 from wiretape.proxy.replay import Replayer
-from wiretape.proxy.server import Listeners
+from wiretape.proxy.server import Listeners, start_worker_threads
 from wiretape.proxy.shapes import error_response
 from wiretape.redaction import STANDARD, LiveRedactor, fingerprints, redact_str, secret_values
 from wiretape.scrub.places import redact_entry
@@ -533,7 +533,7 @@ async def _prepare_replay(
     replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=stopping,
                         on_decision=on_decision, redactor=live_redactor(run),
                         close_timeout=close_timeout)
-    await asyncio.to_thread(int)  # its worker threads start now, not on the first request
+    await start_worker_threads()  # now, not while serving
     isolated = (isolate.prepare(launch.isolation, os.environ)
                 if launch.isolation is not None and command is not None else None)
     if isolated is not None:
