@@ -62,7 +62,7 @@ from wiretape.origins import UpstreamOptions, parse_upstream
 from wiretape.playback.decide import Mode, Policy
 from wiretape.proxy.fork import Fork
 from wiretape.proxy.record import Recorder
-from wiretape.proxy.server import Listeners
+from wiretape.proxy.server import Listeners, start_worker_threads
 from wiretape.proxy.shapes import error_response
 from wiretape.proxy.websocket import is_upgrade
 from wiretape.redaction import STANDARD, Facts, secret_values
@@ -319,6 +319,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
         stack.callback(engine.close)
         stack.push_async_callback(recorder.aclose)
         await recorder.warm_up()
+        await start_worker_threads()  # now, not while serving
         listeners = Listeners()
         stack.push_async_callback(listeners.close)
         origins = await _bind(listeners, info.origins, upstreams, engine, settings.any_port)
