@@ -319,7 +319,7 @@ async def _fork(parent_path: Path, settings: ForkSettings, echo_stdout: BinaryIO
         stack.callback(engine.close)
         stack.push_async_callback(recorder.aclose)
         await recorder.warm_up()
-        await start_worker_threads()  # now, not while serving
+        await start_worker_threads(1)  # now, not while serving
         listeners = Listeners()
         stack.push_async_callback(listeners.close)
         origins = await _bind(listeners, info.origins, upstreams, engine, settings.any_port)

@@ -456,7 +456,7 @@ async def _prepare_record(
                         spool_at=spool_at, close_timeout=close_timeout)
     stack.push_async_callback(recorder.aclose)
     await recorder.warm_up()
-    await start_worker_threads()  # now, not while serving
+    await start_worker_threads(1)  # now, not while serving
     # Stdio MCP servers the agent starts through `wiretape mcp` find the
     # recorder here (closed before the recorder: its sessions are stored).
     hub = mcp.Hub("record", recorder.mcp_session)

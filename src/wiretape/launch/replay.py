@@ -533,7 +533,7 @@ async def _prepare_replay(
     replayer = Replayer(run, exchanges, policy, pace=settings.pace, on_stop=stopping,
                         on_decision=on_decision, redactor=live_redactor(run),
                         close_timeout=close_timeout)
-    await start_worker_threads()  # now, not while serving
+    await start_worker_threads(3)  # now, not while serving
     isolated = (isolate.prepare(launch.isolation, os.environ)
                 if launch.isolation is not None and command is not None else None)
     if isolated is not None:

@@ -28,22 +28,19 @@ from wiretape.proxy.http1 import (
 from wiretape.proxy.http2 import serve_h2
 
 LOOPBACK = "127.0.0.1"
-#: Threads of the event loop's default executor (``asyncio.to_thread``)
-#: started before serving: a replay's decision and its look at the
-#: recorded bodies, a long response's staging, with room to spare.
-WORKER_THREADS = 4
-
-
-async def start_worker_threads(count: int = WORKER_THREADS) -> None:
+async def start_worker_threads(count: int) -> None:
     """Have ``count`` threads of the running loop's default executor
     started now, before anything is served (asyncio starts them one at a
     time as they are first needed). A thread's start waits until the new
     thread runs, which needs the GIL; while serving, with a worker thread
     busy in C code that keeps it (a large body's JSON parsed), that wait
     blocked the event loop for 5 to 16 ms (``make bench``'s event-loop pass,
-    replay: 3 runs of 5 over 5 ms before, none of 5 after). An executor
-    with fewer threads than ``count`` (one the caller set) is waited for at
-    most a second."""
+    replay: 3 runs of 5 over 5 ms before, none of 5 after). Start no more
+    than will work at once: each thread that allocates gets a malloc arena
+    of its own (glibc), so 4 threads staging a long response in turn
+    raised the RSS growth of recording a 200 MiB stream from 28 to 48 MiB.
+    An executor with fewer threads than ``count`` (one the caller set) is
+    waited for at most a second."""
     loop = asyncio.get_running_loop()
     everyone = threading.Barrier(count)  # (each job waits for all: each on a thread of its own)
 
