@@ -375,6 +375,22 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def _agent_under_serve(scene: Scene, *args: str, server_on_path: bool,
+                       ) -> tuple[subprocess.CompletedProcess[str], int, str, str, dict[str, str]]:
+    """``wiretape serve ARGS`` started, the agent run apart from it with the
+    variables serve printed, serve stopped: (the agent's result, serve's
+    exit status, stdout and stderr, the variables)."""
+    proc, lines, env = _serve(scene, *args)
+    try:
+        assert lines[1].startswith("export WIRETAPE_MCP=tcp://127.0.0.1:"), lines
+        agent = subprocess.run(scene.agent("launch"),
+                               env={**scene.env(server_on_path=server_on_path), **env},
+                               capture_output=True, text=True, timeout=90)
+    finally:
+        code, out, err = _stop(proc)
+    return agent, code, out, err, env
+
+
 def test_serve_prints_where_mcp_servers_are_recorded_and_replayed(tmp_path: Path) -> None:
     """An agent started apart from ``wiretape serve`` with the variable it
     printed: its MCP server's session is recorded by ``serve --record``,
@@ -382,15 +398,9 @@ def test_serve_prints_where_mcp_servers_are_recorded_and_replayed(tmp_path: Path
     serve's verdict counts every message exact."""
     scene = Scene(tmp_path)
     with FakeProvider(script_from_json(TURNS)) as fp:
-        proc, lines, env = _serve(scene, "--record", "--upstream", f"openai={fp.url}/v1",
-                                  "-o", str(scene.run))
-        try:
-            assert lines[1].startswith("export WIRETAPE_MCP=tcp://127.0.0.1:"), lines
-            agent = subprocess.run(scene.agent("launch"),
-                                   env={**scene.env(server_on_path=True), **env},
-                                   capture_output=True, text=True, timeout=90)
-        finally:
-            code, _, err = _stop(proc)
+        agent, code, _, err, env = _agent_under_serve(
+            scene, "--record", "--upstream", f"openai={fp.url}/v1", "-o", str(scene.run),
+            server_on_path=True)
     assert agent.returncode == 0, agent.stderr
     assert agent.stdout == "The note says the code is 7-ALPHA-9.\n"
     assert code == 0, err
@@ -408,15 +418,9 @@ def test_serve_prints_where_mcp_servers_are_recorded_and_replayed(tmp_path: Path
     assert served[-1]["result"]["content"][0]["text"] == "The launch code is 7-ALPHA-9."
     assert len([e for e in exchanges if e.kind == "model"]) == 2
 
-    proc, lines, replay_env = _serve(scene, "--replay", str(scene.run), "--json")
-    try:
-        assert lines[1].startswith("export WIRETAPE_MCP=tcp://127.0.0.1:"), lines
-        assert replay_env["WIRETAPE_MCP"] != env["WIRETAPE_MCP"]
-        agent = subprocess.run(scene.agent("launch"),
-                               env={**scene.env(server_on_path=False), **replay_env},
-                               capture_output=True, text=True, timeout=90)
-    finally:
-        code, out, err = _stop(proc)
+    agent, code, out, err, replay_env = _agent_under_serve(
+        scene, "--replay", str(scene.run), "--json", server_on_path=False)
+    assert replay_env["WIRETAPE_MCP"] != env["WIRETAPE_MCP"]
     assert agent.returncode == 0, agent.stderr
     assert agent.stdout == "The note says the code is 7-ALPHA-9.\n"
     assert code == 0, err
