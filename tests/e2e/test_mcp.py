@@ -339,7 +339,6 @@ def test_outside_wiretape_the_server_runs_unrecorded(tmp_path: Path) -> None:
         "set): running MCP server 'notes-server' unrecorded", "notes server: started"]
 
 
-
 def _serve(scene: Scene, *args: str) -> tuple[subprocess.Popen[str], list[str], dict[str, str]]:
     """``wiretape serve ARGS`` started as its own process: it, the lines it
     printed once listening (the URL first, then the export), and the

@@ -486,7 +486,7 @@ def serve(
                 if name == MCP_VARIABLE:
                     hub.append(export(name, value))
                 elif intercept:
-                    click.echo(f"export {name}={value}")
+                    click.echo(export(name, value))
 
         result = asyncio.run(do_record(None, out=out, upstreams=pairs, ports=_ports(ports),
                                        max_body=max_body,
@@ -531,9 +531,8 @@ def serve(
     exported: list[str] = []
 
     def collect_exports(variables: dict[str, str]) -> None:
-        hub.extend(export(n, v) for n, v in variables.items() if n == MCP_VARIABLE)
-        exported.extend(f"export {name}={value}" for name, value in variables.items()
-                        if name != MCP_VARIABLE)
+        for name, value in variables.items():
+            (hub if name == MCP_VARIABLE else exported).append(export(name, value))
 
     def announce_all(origins: Sequence[Origin]) -> None:
         # An intercepted run is served as an HTTPS proxy: the agent needs

@@ -274,7 +274,7 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
         loop.add_signal_handler(signum, stop_server)
     stdin = _Stdin()
     broken: list[str] = []
-    warned: list[bytes] = []  # (the first line that was not JSON: said once a session)
+    warned = False  # (a line that was not JSON: said once a session)
 
     def note(direction: str, line: bytes) -> None:
         writer.write(mcp.encode({"dir": direction, "t": time.monotonic_ns() - t0,
@@ -293,6 +293,7 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
         await _shut_down(proc)
 
     async def server_to_client() -> None:
+        nonlocal warned
         while True:
             try:
                 line = await server_out.readline()
@@ -304,7 +305,7 @@ async def _record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, na
             if not line.strip():
                 continue
             if not warned and not _is_json(line):
-                warned.append(line)
+                warned = True
                 say(f"wiretape mcp: MCP server {name!r} wrote a line that is not JSON to "
                     f"stdout: {_quote(line)}; passed on to its client as received and "
                     "recorded (the MCP stdio transport expects only JSON-RPC messages on "

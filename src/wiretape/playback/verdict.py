@@ -19,8 +19,7 @@ from wiretape.playback import text
 from wiretape.playback.messages import MessageCounts
 from wiretape.playback.messages import counts as message_counts
 
-#: Pointers and examples a verdict keeps per learned rule.
-_MAX_POINTERS = MAX_POINTERS
+#: Examples a verdict keeps per learned rule (pointers: ``MAX_POINTERS``).
 _MAX_EXAMPLES = 3
 
 
@@ -259,7 +258,7 @@ class Verdict:
                 "rule": entry["rule"], "count": 0, "pointers": [], "examples": []})
             into["count"] += entry["count"]
             into["pointers"] = list(dict.fromkeys(
-                [*into["pointers"], *entry["pointers"]]))[:_MAX_POINTERS]
+                [*into["pointers"], *entry["pointers"]]))[:MAX_POINTERS]
             into["examples"] = [*into["examples"], *entry["examples"]][:_MAX_EXAMPLES]
             if "shift_s" in entry:
                 into["shift_s"] = entry["shift_s"]

@@ -28,6 +28,8 @@ from wiretape.proxy.http1 import (
 from wiretape.proxy.http2 import serve_h2
 
 LOOPBACK = "127.0.0.1"
+
+
 async def start_worker_threads(count: int) -> None:
     """Have ``count`` threads of the running loop's default executor
     started now, before anything is served (asyncio starts them one at a
